@@ -1,0 +1,16 @@
+//! One module per scenario; `Scenario` is the `tidegate bench <scenario>` enum.
+
+pub mod echo;
+pub mod forward;
+pub mod s2s;
+
+/// The scenarios `tidegate bench` knows.
+#[derive(Debug, clap::Subcommand)]
+pub enum Scenario {
+    /// Seed 002: fixed-rate echo over the wire protocol (AsyncTCP vs netperf).
+    Echo(echo::EchoArgs),
+    /// Seed 004: Fluentd Forward load (PackedForward batches with acks).
+    Forward(forward::ForwardArgs),
+    /// Seed 000: NiFi Site-to-Site clients doing transactions.
+    S2s(s2s::S2sArgs),
+}

@@ -1,0 +1,175 @@
+//! [`Hub`]: publish in, subscriber queues and routed sinks out.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use thiserror::Error;
+
+use crate::ack::{AckGroup, AckToken};
+use crate::bus::TopicBus;
+use crate::metrics::HubMetrics;
+use crate::routes::RouteTable;
+use crate::subscriber::{PushOutcome, Subscriber, SubscriberOptions};
+use crate::topic::{validate_topic, TopicError};
+use crate::{Message, SharedMessage, Sink};
+
+/// Why a publish was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PublishError {
+    /// The topic is malformed.
+    #[error(transparent)]
+    BadTopic(#[from] TopicError),
+    /// The hub is shutting down.
+    #[error("the hub is shutting down")]
+    ShuttingDown,
+}
+
+#[derive(Debug)]
+pub(crate) struct HubInner {
+    pub(crate) bus: TopicBus,
+    pub(crate) metrics: HubMetrics,
+    routes: ArcSwap<RouteTable>,
+    next_subscriber: AtomicU64,
+    closed: AtomicBool,
+}
+
+/// The core every source publishes into. Cheap to clone (one `Arc`).
+#[derive(Debug, Clone)]
+pub struct Hub {
+    inner: Arc<HubInner>,
+}
+
+impl Default for Hub {
+    fn default() -> Self {
+        Hub::new(RouteTable::default())
+    }
+}
+
+impl Hub {
+    /// A hub whose publishes also go to the sinks of `routes`.
+    pub fn new(routes: RouteTable) -> Self {
+        Hub {
+            inner: Arc::new(HubInner {
+                bus: TopicBus::default(),
+                metrics: HubMetrics::default(),
+                routes: ArcSwap::from_pointee(routes),
+                next_subscriber: AtomicU64::new(1),
+                closed: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Replaces the route table (sinks come up after the hub in some set-ups).
+    pub fn set_routes(&self, routes: RouteTable) {
+        self.inner.routes.store(Arc::new(routes));
+    }
+
+    /// The hub's metrics and registry.
+    pub fn metrics(&self) -> &HubMetrics {
+        &self.inner.metrics
+    }
+
+    /// A new subscriber with a bounded queue; subscribe it to patterns next.
+    pub fn subscriber(&self, options: SubscriberOptions) -> Subscriber {
+        let id = self.inner.next_subscriber.fetch_add(1, Ordering::Relaxed);
+        self.inner.metrics.subscribers.inc();
+        Subscriber::new(self.inner.clone(), id, options)
+    }
+
+    /// Shorthand: a subscriber with default options subscribed to `pattern`.
+    pub fn subscribe(&self, pattern: &str) -> Result<Subscriber, TopicError> {
+        let mut s = self.subscriber(SubscriberOptions::default());
+        s.subscribe(pattern)?;
+        Ok(s)
+    }
+
+    /// Publishes without waiting for durability: queues to subscribers and
+    /// hands to routed sinks (waiting only while a sink is full).
+    pub async fn publish(&self, msg: Message) -> Result<(), PublishError> {
+        self.publish_inner(msg, None).await
+    }
+
+    /// Publishes as part of `group`: every routed sink that takes the message
+    /// adds a token the group waits for. Subscriber queues never hold a group
+    /// back (they are best-effort by design).
+    pub async fn publish_acked(&self, msg: Message, group: &AckGroup) -> Result<(), PublishError> {
+        self.publish_inner(msg, Some(group)).await
+    }
+
+    /// True when a routed sink of `topic` is full, so a source that must not
+    /// wait can answer "destination full" instead.
+    pub fn is_destination_full(&self, topic: &str) -> bool {
+        let routes = self.inner.routes.load();
+        if routes.is_empty() {
+            return false;
+        }
+        let mut sinks = Vec::new();
+        routes.sinks_for(topic, &mut sinks);
+        sinks.iter().any(|s| s.is_full())
+    }
+
+    /// Stops accepting publishes; later `publish` calls fail.
+    pub fn close(&self) {
+        self.inner.closed.store(true, Ordering::Release);
+    }
+
+    /// Flushes every routed sink, each within `timeout`.
+    pub async fn flush_sinks(&self, timeout: std::time::Duration) {
+        let routes = self.inner.routes.load_full();
+        for s in routes.sinks() {
+            s.flush(timeout).await;
+        }
+    }
+
+    async fn publish_inner(&self, msg: Message, group: Option<&AckGroup>) -> Result<(), PublishError> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(PublishError::ShuttingDown);
+        }
+        validate_topic(&msg.topic)?;
+        let m = &self.inner.metrics;
+        m.published.inc();
+        let msg: SharedMessage = Arc::new(msg);
+        self.fan_out(&msg);
+
+        let routes = self.inner.routes.load();
+        if routes.is_empty() {
+            return Ok(());
+        }
+        let routes = arc_swap::Guard::into_inner(routes);
+        let mut sinks: Vec<&Arc<dyn Sink>> = Vec::new();
+        routes.sinks_for(&msg.topic, &mut sinks);
+        for sink in sinks {
+            let token = match group {
+                Some(g) => g.token(),
+                None => AckToken::detached(),
+            };
+            m.routed.inc();
+            sink.send(msg.clone(), token).await;
+        }
+        Ok(())
+    }
+
+    fn fan_out(&self, msg: &SharedMessage) {
+        let (mut delivered, mut dropped, mut disconnected) = (0u64, 0u64, 0u64);
+        self.inner.bus.for_each_subscriber(&msg.topic, |q| match q.push(msg) {
+            PushOutcome::Queued => delivered += 1,
+            PushOutcome::DroppedOldest => {
+                delivered += 1;
+                dropped += 1
+            }
+            PushOutcome::Disconnected => disconnected += 1,
+            PushOutcome::AlreadyClosed => {}
+        });
+        let m = &self.inner.metrics;
+        if delivered > 0 {
+            m.delivered.inc_by(delivered);
+        }
+        if dropped > 0 {
+            m.dropped_oldest.inc_by(dropped);
+        }
+        if disconnected > 0 {
+            m.disconnected_slow.inc_by(disconnected);
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! The Tidegate hub core: the one door every source publishes through and every
+//! session or sink receives from.
+//!
+//! Nothing in this crate knows a network protocol. A source turns bytes into
+//! [`Message`]s and calls [`Hub::publish`]; subscribers ([`Subscriber`]) get
+//! bounded queues of shared messages; routed sinks ([`Sink`]) acknowledge
+//! durability back through an [`AckGroup`].
+
+pub mod ack;
+pub mod config;
+pub mod hub;
+pub mod message;
+pub mod metrics;
+pub mod routes;
+pub mod sink;
+pub mod subscriber;
+pub mod topic;
+mod bus;
+mod trie;
+
+pub use ack::{AckGroup, AckToken, DeliveryError};
+pub use config::{ListenerConfig, OverflowPolicy, RouteConfig};
+pub use hub::{Hub, PublishError};
+pub use message::{Attributes, Message, SharedMessage};
+pub use metrics::{ConnectionGuard, HubMetrics, ListenerMetrics};
+pub use routes::RouteTable;
+pub use sink::{NullSink, Sink, SinkFuture};
+pub use subscriber::{RecvError, Subscriber, SubscriberOptions};
+pub use topic::{Pattern, TopicError};

@@ -1,0 +1,189 @@
+//! Counters for everything that moves, rendered as Prometheus text for
+//! `GET /metrics`.
+//!
+//! The hub's own counters live in [`HubMetrics`]; every listener gets a
+//! [`ListenerMetrics`] handle (labelled with its name) from
+//! [`HubMetrics::listener`]. Components with counters of their own register
+//! them through [`HubMetrics::register`].
+
+
+
+use parking_lot::Mutex;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Metric, Registry};
+
+/// Label set of per-listener metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabel {
+    /// `wire`, `forward`, `s2s`, `http`, …
+    pub listener: String,
+}
+
+/// Label set of per-listener error counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerErrorLabel {
+    /// The listener.
+    pub listener: String,
+    /// A short kind such as `oversize_frame` or `bad_checksum`.
+    pub kind: String,
+}
+
+/// The hub's counters, plus the registry every component reports into.
+#[derive(Debug)]
+pub struct HubMetrics {
+    registry: Mutex<Registry>,
+    /// Messages accepted by `Hub::publish`.
+    pub published: Counter,
+    /// Messages put into subscriber queues (one per matching subscription).
+    pub delivered: Counter,
+    /// Messages taken out of subscriber queues by their sessions.
+    pub consumed: Counter,
+    /// Messages discarded by drop-oldest.
+    pub dropped_oldest: Counter,
+    /// Subscribers closed because their queue overflowed.
+    pub disconnected_slow: Counter,
+    /// Messages handed to routed sinks.
+    pub routed: Counter,
+    /// Routed messages whose sink failed them.
+    pub route_failures: Counter,
+    /// Live subscribers.
+    pub subscribers: Gauge,
+    /// Live subscriptions.
+    pub subscriptions: Gauge,
+    queued: Gauge,
+    connections_accepted: Family<ListenerLabel, Counter>,
+    connections_open: Family<ListenerLabel, Gauge>,
+    listener_errors: Family<ListenerErrorLabel, Counter>,
+}
+
+impl Default for HubMetrics {
+    fn default() -> Self {
+        let m = HubMetrics {
+            registry: Mutex::new(Registry::with_prefix("tidegate")),
+            published: Counter::default(),
+            delivered: Counter::default(),
+            consumed: Counter::default(),
+            dropped_oldest: Counter::default(),
+            disconnected_slow: Counter::default(),
+            routed: Counter::default(),
+            route_failures: Counter::default(),
+            subscribers: Gauge::default(),
+            subscriptions: Gauge::default(),
+            queued: Gauge::default(),
+            connections_accepted: Family::default(),
+            connections_open: Family::default(),
+            listener_errors: Family::default(),
+        };
+        {
+            let mut r = m.registry.lock();
+            r.register("hub_published", "Messages published into the hub", m.published.clone());
+            r.register("hub_delivered", "Messages queued to subscribers", m.delivered.clone());
+            r.register("hub_consumed", "Messages taken from subscriber queues", m.consumed.clone());
+            r.register("hub_dropped_oldest", "Messages dropped by drop-oldest overflow", m.dropped_oldest.clone());
+            r.register("hub_disconnected_slow", "Subscribers disconnected on overflow", m.disconnected_slow.clone());
+            r.register("hub_routed", "Messages handed to routed sinks", m.routed.clone());
+            r.register("hub_route_failures", "Routed messages failed by their sink", m.route_failures.clone());
+            r.register("hub_subscribers", "Live subscribers", m.subscribers.clone());
+            r.register("hub_subscriptions", "Live subscriptions", m.subscriptions.clone());
+            r.register("hub_subscriber_queue_depth", "Messages waiting in all subscriber queues", m.queued.clone());
+            r.register("listener_connections_accepted", "Connections accepted per listener", m.connections_accepted.clone());
+            r.register("listener_connections_open", "Connections open per listener", m.connections_open.clone());
+            r.register("listener_errors", "Protocol and I/O errors per listener and kind", m.listener_errors.clone());
+        }
+        m
+    }
+}
+
+impl HubMetrics {
+    /// Registers a component's own metric under `tidegate_<name>`.
+    pub fn register(&self, name: &str, help: &str, metric: impl Metric) {
+        self.registry.lock().register(name, help, metric);
+    }
+
+    /// A handle for one listener's connection and error counters.
+    pub fn listener(&self, name: &str) -> ListenerMetrics {
+        let label = ListenerLabel {
+            listener: name.to_owned(),
+        };
+        ListenerMetrics {
+            name: name.to_owned(),
+            accepted: self.connections_accepted.get_or_create(&label).clone(),
+            open: self.connections_open.get_or_create(&label).clone(),
+            errors: self.listener_errors.clone(),
+        }
+    }
+
+    /// The Prometheus text exposition of everything registered.
+    pub fn render(&self) -> String {
+        let queued = self.delivered.get() as i64
+            - self.consumed.get() as i64
+            - self.dropped_oldest.get() as i64;
+        self.queued.set(queued.max(0));
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry.lock())
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+/// One listener's counters.
+#[derive(Clone, Debug)]
+pub struct ListenerMetrics {
+    name: String,
+    accepted: Counter,
+    open: Gauge,
+    errors: Family<ListenerErrorLabel, Counter>,
+}
+
+impl ListenerMetrics {
+    /// Counts an accepted connection; the returned guard keeps it counted as
+    /// open until dropped.
+    pub fn connection(&self) -> ConnectionGuard {
+        self.accepted.inc();
+        self.open.inc();
+        ConnectionGuard {
+            open: self.open.clone(),
+        }
+    }
+
+    /// Connections open right now.
+    pub fn open_connections(&self) -> i64 {
+        self.open.get()
+    }
+
+    /// Counts one error of `kind` (`oversize_frame`, `tls_handshake`, …).
+    pub fn error(&self, kind: &str) {
+        self.errors
+            .get_or_create(&ListenerErrorLabel {
+                listener: self.name.clone(),
+                kind: kind.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Errors of `kind` counted so far (tests read it).
+    pub fn error_count(&self, kind: &str) -> u64 {
+        self.errors
+            .get_or_create(&ListenerErrorLabel {
+                listener: self.name.clone(),
+                kind: kind.to_owned(),
+            })
+            .get()
+    }
+}
+
+/// Keeps one connection counted as open.
+#[derive(Debug)]
+pub struct ConnectionGuard {
+    open: Gauge<i64, std::sync::atomic::AtomicI64>,
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.open.dec();
+    }
+}
+

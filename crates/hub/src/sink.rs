@@ -1,0 +1,51 @@
+//! The trait every routed destination implements (Kafka, the KV store, the
+//! null sink used by benchmarks).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use crate::{AckToken, SharedMessage};
+
+/// A boxed future returned by [`Sink`] methods (object-safe async).
+pub type SinkFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+/// A routed destination that acknowledges durability.
+pub trait Sink: Send + Sync + 'static {
+    /// The name routes refer to (`kafka`).
+    fn name(&self) -> &str;
+
+    /// Takes `msg`, waiting while the sink has no room (this wait is the
+    /// backpressure a source feels). The sink completes `ack` once the message
+    /// is as durable as the sink promises, or fails it.
+    fn send(&self, msg: SharedMessage, ack: AckToken) -> SinkFuture<'_>;
+
+    /// True when a `send` now would wait. Sources that must answer "full"
+    /// rather than wait (S2S `PORTS_DESTINATION_FULL`, HTTP 503) ask this.
+    fn is_full(&self) -> bool {
+        false
+    }
+
+    /// Resolves when everything handed over is acknowledged or `timeout`
+    /// passed; called once at shutdown.
+    fn flush(&self, timeout: Duration) -> SinkFuture<'_> {
+        let _ = timeout;
+        Box::pin(async {})
+    }
+}
+
+/// A sink that acknowledges at once and keeps nothing: the benchmarks' "null
+/// route", and a way to measure a source alone.
+#[derive(Debug, Default)]
+pub struct NullSink;
+
+impl Sink for NullSink {
+    fn name(&self) -> &str {
+        "null"
+    }
+
+    fn send(&self, _msg: SharedMessage, ack: AckToken) -> SinkFuture<'_> {
+        ack.succeed();
+        Box::pin(async {})
+    }
+}

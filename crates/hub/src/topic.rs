@@ -1,0 +1,178 @@
+//! Topic names and subscription patterns.
+//!
+//! Topics are `.`-separated non-empty tokens (`logs.app.web`). Patterns use the
+//! NATS wildcards: `*` matches exactly one token, `>` matches one or more
+//! trailing tokens and may only be last.
+
+use thiserror::Error;
+
+/// Longest topic or pattern accepted, in bytes.
+pub const MAX_TOPIC_LEN: usize = 1024;
+
+/// Why a topic or pattern was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum TopicError {
+    /// Empty string.
+    #[error("topic is empty")]
+    Empty,
+    /// Over [`MAX_TOPIC_LEN`].
+    #[error("topic is {0} bytes, over the limit of {MAX_TOPIC_LEN}")]
+    TooLong(usize),
+    /// `a..b`, `.a` or `a.`.
+    #[error("topic {0:?} has an empty token")]
+    EmptyToken(String),
+    /// A wildcard where only a literal topic may stand (publishing).
+    #[error("topic {0:?} contains a wildcard; wildcards are for subscriptions only")]
+    WildcardInTopic(String),
+    /// `>` not last, or a wildcard glued to other characters (`a*`).
+    #[error("pattern {0:?} misuses a wildcard: `*` and `>` must be whole tokens and `>` must be last")]
+    BadWildcard(String),
+    /// Whitespace or control characters.
+    #[error("topic {0:?} contains whitespace or control characters")]
+    BadCharacter(String),
+}
+
+fn check_common(s: &str) -> Result<(), TopicError> {
+    if s.is_empty() {
+        return Err(TopicError::Empty);
+    }
+    if s.len() > MAX_TOPIC_LEN {
+        return Err(TopicError::TooLong(s.len()));
+    }
+    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(TopicError::BadCharacter(s.to_owned()));
+    }
+    if s.split('.').any(str::is_empty) {
+        return Err(TopicError::EmptyToken(s.to_owned()));
+    }
+    Ok(())
+}
+
+/// Checks a topic a message is published on (no wildcards).
+pub fn validate_topic(topic: &str) -> Result<(), TopicError> {
+    check_common(topic)?;
+    if topic.split('.').any(|t| t.contains('*') || t.contains('>')) {
+        return Err(TopicError::WildcardInTopic(topic.to_owned()));
+    }
+    Ok(())
+}
+
+/// One token of a parsed pattern.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Token {
+    /// Matches this exact token.
+    Literal(String),
+    /// `*`: any one token.
+    Star,
+    /// `>`: one or more remaining tokens.
+    Rest,
+}
+
+/// A parsed subscription pattern.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Pattern {
+    text: String,
+    tokens: Vec<Token>,
+}
+
+impl Pattern {
+    /// Parses and validates a pattern such as `logs.*.web` or `metrics.>`.
+    pub fn parse(text: &str) -> Result<Self, TopicError> {
+        check_common(text)?;
+        let mut tokens = Vec::new();
+        let n = text.split('.').count();
+        for (i, tok) in text.split('.').enumerate() {
+            let t = match tok {
+                "*" => Token::Star,
+                ">" if i + 1 == n => Token::Rest,
+                t if t.contains('*') || t.contains('>') => {
+                    return Err(TopicError::BadWildcard(text.to_owned()))
+                }
+                t => Token::Literal(t.to_owned()),
+            };
+            tokens.push(t);
+        }
+        Ok(Pattern {
+            text: text.to_owned(),
+            tokens,
+        })
+    }
+
+    /// True when the pattern has no wildcard (an exact topic).
+    pub fn is_literal(&self) -> bool {
+        self.tokens.iter().all(|t| matches!(t, Token::Literal(_)))
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The parsed tokens.
+    pub fn tokens(&self) -> &[Token] {
+        &self.tokens
+    }
+
+    /// Whether `topic` (a valid literal topic) matches this pattern.
+    pub fn matches(&self, topic: &str) -> bool {
+        let mut parts = topic.split('.');
+        for tok in &self.tokens {
+            match tok {
+                Token::Rest => return parts.next().is_some(),
+                Token::Star => {
+                    if parts.next().is_none() {
+                        return false;
+                    }
+                }
+                Token::Literal(l) => {
+                    if parts.next() != Some(l.as_str()) {
+                        return false;
+                    }
+                }
+            }
+        }
+        parts.next().is_none()
+    }
+}
+
+impl std::fmt::Display for Pattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards_match_as_in_nats() {
+        let p = Pattern::parse("a.*.c").unwrap();
+        assert!(p.matches("a.b.c"));
+        assert!(!p.matches("a.b"));
+        assert!(!p.matches("a.b.c.d"));
+        let r = Pattern::parse("a.>").unwrap();
+        assert!(r.matches("a.b"));
+        assert!(r.matches("a.b.c"));
+        assert!(!r.matches("a"));
+        assert!(Pattern::parse(">").unwrap().matches("x.y"));
+    }
+
+    #[test]
+    fn malformed_patterns_are_refused() {
+        assert_eq!(Pattern::parse(""), Err(TopicError::Empty));
+        assert!(matches!(Pattern::parse("a.>.b"), Err(TopicError::BadWildcard(_))));
+        assert!(matches!(Pattern::parse("a*"), Err(TopicError::BadWildcard(_))));
+        assert!(matches!(Pattern::parse("a..b"), Err(TopicError::EmptyToken(_))));
+        assert!(matches!(validate_topic("a.*"), Err(TopicError::WildcardInTopic(_))));
+        assert!(matches!(validate_topic("a b"), Err(TopicError::BadCharacter(_))));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_literal_pattern_matches_only_itself(a in "[a-z]{1,4}(\\.[a-z]{1,4}){0,3}", b in "[a-z]{1,4}(\\.[a-z]{1,4}){0,3}") {
+            let p = Pattern::parse(&a).unwrap();
+            proptest::prop_assert_eq!(p.matches(&b), a == b);
+        }
+    }
+}
