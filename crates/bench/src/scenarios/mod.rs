@@ -1,4 +1,6 @@
-//! One module per scenario; `Scenario` is the `tidegate bench <scenario>` enum.
+//! One module per scenario; [`Scenario`] is the `tidegate bench <scenario>`
+//! enum. Adding a scenario: a module with `XArgs` (clap, flattening
+//! [`crate::CommonArgs`]) and `async fn run(&XArgs)`, plus one variant here.
 
 pub mod echo;
 pub mod forward;
@@ -13,4 +15,15 @@ pub enum Scenario {
     Forward(forward::ForwardArgs),
     /// Seed 000: NiFi Site-to-Site clients doing transactions.
     S2s(s2s::S2sArgs),
+}
+
+impl Scenario {
+    /// Runs the chosen scenario to completion.
+    pub async fn run(&self) -> anyhow::Result<()> {
+        match self {
+            Scenario::Echo(a) => echo::run(a).await,
+            Scenario::Forward(a) => forward::run(a).await,
+            Scenario::S2s(a) => s2s::run(a).await,
+        }
+    }
 }

@@ -1,0 +1,255 @@
+//! The server under test: with no `--target`, a scenario starts
+//! `tidegate serve` as a child process (this same executable) with every
+//! listener on a free loopback port, samples its CPU and RSS, and stops it at
+//! the end.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::sampler::{ProcessStats, Sampler};
+
+/// How long a child server may take to open its ports.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The listeners of a spawned server, each on its own free port.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerAddrs {
+    /// `[http]`
+    pub http: SocketAddr,
+    /// `[wire]`
+    pub wire: SocketAddr,
+    /// `[sockperf]`
+    pub sockperf: SocketAddr,
+    /// `[forward]`
+    pub forward: SocketAddr,
+    /// `[s2s]`
+    pub s2s: SocketAddr,
+}
+
+/// A free loopback TCP port (bound then released; fine for a bench).
+pub fn free_port() -> std::io::Result<SocketAddr> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    l.local_addr()
+}
+
+/// A `tidegate serve` child process.
+#[derive(Debug)]
+pub struct ServerUnderTest {
+    child: Child,
+    addrs: ServerAddrs,
+    sampler: Option<Sampler>,
+    _dir: TempDir,
+}
+
+impl ServerUnderTest {
+    /// Starts `tidegate serve` with every listener on a free port plus
+    /// `extra_toml` (routes, sinks, protocol options — sections other than the
+    /// listeners' `listen` keys), waits until its listeners accept, and starts
+    /// sampling it.
+    pub fn spawn(extra_toml: &str) -> anyhow::Result<Self> {
+        let addrs = ServerAddrs {
+            http: free_port()?,
+            wire: free_port()?,
+            sockperf: free_port()?,
+            forward: free_port()?,
+            s2s: free_port()?,
+        };
+        let dir = TempDir::new()?;
+        let config = format!(
+            "{extra_toml}\n\n[http]\nlisten = \"{}\"\n[wire]\nlisten = \"{}\"\n[sockperf]\nlisten = \"{}\"\n[forward]\nlisten = \"{}\"\n[s2s]\nlisten = \"{}\"\n",
+            addrs.http,
+            addrs.wire,
+            addrs.sockperf,
+            addrs.forward,
+            addrs.s2s,
+        );
+        let config = merge_sections(&config);
+        let path = dir.path.join("tidegate.toml");
+        std::fs::File::create(&path)?.write_all(config.as_bytes())?;
+        let exe = std::env::current_exe().context("locating the tidegate executable")?;
+        let child = Command::new(exe)
+            .arg("serve")
+            .arg("--config")
+            .arg(&path)
+            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting `tidegate serve`")?;
+        let mut s = ServerUnderTest {
+            child,
+            addrs,
+            sampler: None,
+            _dir: dir,
+        };
+        s.wait_ready()?;
+        s.sampler = Some(Sampler::start(s.child.id(), Duration::from_secs(1)));
+        Ok(s)
+    }
+
+    fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!("`tidegate serve` exited during start-up with {status}");
+            }
+            if TcpStream::connect(self.addrs.http).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("`tidegate serve` did not open {} within {STARTUP_TIMEOUT:?}", self.addrs.http);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Where its listeners are.
+    pub fn addrs(&self) -> ServerAddrs {
+        self.addrs
+    }
+
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Stops sampling, sends SIGTERM, waits for exit (SIGKILL after 10 s) and
+    /// returns the CPU/RSS seen during the run.
+    pub fn stop(mut self) -> ProcessStats {
+        let stats = self.sampler.take().map(Sampler::finish).unwrap_or_default();
+        self.terminate();
+        stats
+    }
+
+    fn terminate(&mut self) {
+        // SAFETY: kill(2) with a pid we spawned and still own (not yet
+        // reaped) and a valid signal number; no memory is touched.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServerUnderTest {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.terminate();
+        }
+    }
+}
+
+/// Merges repeated `[section]` headers so that a scenario's extra TOML may
+/// add keys to a listener section the spawner also writes (TOML forbids
+/// defining a table twice). Array-of-tables headers (`[[x]]`) are left alone.
+fn merge_sections(text: &str) -> String {
+    let mut order: Vec<String> = Vec::new();
+    let mut bodies: std::collections::HashMap<String, Vec<String>> = Default::default();
+    let mut current = String::new();
+    let mut arrays: Vec<(String, Vec<String>)> = Vec::new();
+    let mut in_array = false;
+    order.push(String::new());
+    bodies.insert(String::new(), Vec::new());
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with("[[") {
+            in_array = true;
+            arrays.push((t.to_owned(), Vec::new()));
+            continue;
+        }
+        if t.starts_with('[') {
+            in_array = false;
+            current = t.to_owned();
+            if !bodies.contains_key(&current) {
+                order.push(current.clone());
+                bodies.insert(current.clone(), Vec::new());
+            }
+            continue;
+        }
+        if in_array {
+            arrays.last_mut().expect("array header seen").1.push(line.to_owned());
+        } else {
+            bodies.get_mut(&current).expect("section seen").push(line.to_owned());
+        }
+    }
+    let mut out = String::new();
+    for h in &order {
+        if !h.is_empty() {
+            out.push_str(h);
+            out.push('\n');
+        }
+        for l in &bodies[h] {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    for (h, lines) in arrays {
+        out.push_str(&h);
+        out.push('\n');
+        for l in lines {
+            out.push_str(&l);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// A temporary directory removed on drop.
+#[derive(Debug)]
+struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    fn new() -> std::io::Result<Self> {
+        let path = std::env::temp_dir().join(format!(
+            "tidegate-bench-{}-{}",
+            std::process::id(),
+            Instant::now().elapsed().as_nanos() ^ rand_seed()
+        ));
+        std::fs::create_dir_all(&path)?;
+        Ok(TempDir { path })
+    }
+}
+
+fn rand_seed() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge_sections;
+
+    #[test]
+    fn repeated_sections_are_merged_and_arrays_kept() {
+        let t = "[forward]\nshared_key = \"k\"\n[[routes]]\ntopics = \"a\"\nsink = \"null\"\n[forward]\nlisten = \"x\"\n";
+        let m = merge_sections(t);
+        let v: toml::Value = toml::from_str(&m).unwrap();
+        assert_eq!(v["forward"]["shared_key"].as_str(), Some("k"));
+        assert_eq!(v["forward"]["listen"].as_str(), Some("x"));
+        assert_eq!(v["routes"][0]["sink"].as_str(), Some("null"));
+    }
+}
