@@ -1,0 +1,241 @@
+//! Publish/subscribe behaviour of the hub: exact and wildcard matching,
+//! unsubscribe, both overflow policies, routed sinks and acknowledgements.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tidegate_hub::*;
+
+fn msg(topic: &str, body: &'static str) -> Message {
+    Message::new(topic, body)
+}
+
+async fn drain(s: &Subscriber) -> Vec<String> {
+    let mut v = Vec::new();
+    s.try_recv_many(&mut v, usize::MAX).unwrap();
+    v.iter()
+        .map(|m| String::from_utf8(m.payload.to_vec()).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn exact_and_wildcard_subscriptions_receive_matching_topics_only() {
+    let hub = Hub::default();
+    let mut exact = hub.subscriber(SubscriberOptions::default());
+    exact.subscribe("a.b.c").unwrap();
+    let star = hub.subscribe("a.*.c").unwrap();
+    let rest = hub.subscribe("a.>").unwrap();
+    let all = hub.subscribe(">").unwrap();
+
+    hub.publish(msg("a.b.c", "1")).await.unwrap();
+    hub.publish(msg("a.x.c", "2")).await.unwrap();
+    hub.publish(msg("a.b", "3")).await.unwrap();
+    hub.publish(msg("z", "4")).await.unwrap();
+
+    assert_eq!(drain(&exact).await, ["1"]);
+    assert_eq!(drain(&star).await, ["1", "2"]);
+    assert_eq!(drain(&rest).await, ["1", "2", "3"]);
+    assert_eq!(drain(&all).await, ["1", "2", "3", "4"]);
+}
+
+#[tokio::test]
+async fn unsubscribe_and_drop_stop_delivery() {
+    let hub = Hub::default();
+    let mut s = hub.subscriber(SubscriberOptions::default());
+    s.subscribe("t").unwrap();
+    s.subscribe("t.*").unwrap();
+    hub.publish(msg("t", "1")).await.unwrap();
+    assert!(s.unsubscribe("t"));
+    assert!(!s.unsubscribe("t"));
+    hub.publish(msg("t", "2")).await.unwrap();
+    hub.publish(msg("t.x", "3")).await.unwrap();
+    assert_eq!(drain(&s).await, ["1", "3"]);
+    assert!(s.unsubscribe("t.*"));
+    hub.publish(msg("t.x", "4")).await.unwrap();
+    assert!(drain(&s).await.is_empty());
+    assert_eq!(hub.metrics().subscriptions.get(), 0);
+    drop(s);
+    assert_eq!(hub.metrics().subscribers.get(), 0);
+}
+
+#[tokio::test]
+async fn drop_oldest_keeps_the_newest_and_counts_the_rest() {
+    let hub = Hub::default();
+    let mut s = hub.subscriber(SubscriberOptions {
+        capacity: 3,
+        overflow: OverflowPolicy::DropOldest,
+    });
+    s.subscribe("q").unwrap();
+    for b in ["1", "2", "3", "4", "5"] {
+        hub.publish(msg("q", b)).await.unwrap();
+    }
+    assert_eq!(drain(&s).await, ["3", "4", "5"]);
+    assert_eq!(s.dropped(), 2);
+    assert_eq!(hub.metrics().dropped_oldest.get(), 2);
+}
+
+#[tokio::test]
+async fn disconnect_policy_closes_a_slow_subscriber_after_what_it_had() {
+    let hub = Hub::default();
+    let mut s = hub.subscriber(SubscriberOptions {
+        capacity: 2,
+        overflow: OverflowPolicy::Disconnect,
+    });
+    s.subscribe("q").unwrap();
+    for b in ["1", "2", "3", "4"] {
+        hub.publish(msg("q", b)).await.unwrap();
+    }
+    let mut v = Vec::new();
+    assert_eq!(s.try_recv_many(&mut v, 10), Ok(2));
+    assert_eq!(
+        s.try_recv_many(&mut v, 10),
+        Err(RecvError::Overflowed { capacity: 2 })
+    );
+    assert_eq!(hub.metrics().disconnected_slow.get(), 1);
+}
+
+#[tokio::test]
+async fn recv_wakes_when_a_message_arrives() {
+    let hub = Hub::default();
+    let s = hub.subscribe("w").unwrap();
+    let h = tokio::spawn(async move { s.recv().await.map(|m| m.payload.clone()) });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    hub.publish(msg("w", "hello")).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), h).await.unwrap().unwrap().unwrap();
+    assert_eq!(&got[..], b"hello");
+}
+
+#[tokio::test]
+async fn bad_topics_are_refused_on_publish() {
+    let hub = Hub::default();
+    assert!(matches!(
+        hub.publish(msg("a.*", "x")).await,
+        Err(PublishError::BadTopic(_))
+    ));
+    assert!(matches!(hub.publish(msg("", "x")).await, Err(PublishError::BadTopic(_))));
+    hub.close();
+    assert_eq!(hub.publish(msg("a", "x")).await, Err(PublishError::ShuttingDown));
+}
+
+/// A sink that holds acknowledgements until told, or fails them.
+struct HoldingSink {
+    held: parking_lot::Mutex<Vec<AckToken>>,
+    received: AtomicUsize,
+    fail: bool,
+}
+
+impl Sink for HoldingSink {
+    fn name(&self) -> &str {
+        "holding"
+    }
+    fn send(&self, _msg: SharedMessage, ack: AckToken) -> SinkFuture<'_> {
+        self.received.fetch_add(1, Ordering::SeqCst);
+        if self.fail {
+            ack.complete(Err(DeliveryError::Failed {
+                sink: "holding".into(),
+                reason: "broker said no".into(),
+            }));
+        } else {
+            self.held.lock().push(ack);
+        }
+        Box::pin(async {})
+    }
+}
+
+fn holding(fail: bool) -> Arc<HoldingSink> {
+    Arc::new(HoldingSink {
+        held: Default::default(),
+        received: AtomicUsize::new(0),
+        fail,
+    })
+}
+
+fn routes_to(sink: Arc<HoldingSink>, pattern: &str) -> RouteTable {
+    let sinks: Vec<Arc<dyn Sink>> = vec![sink];
+    RouteTable::build(
+        &[RouteConfig {
+            topics: pattern.into(),
+            sink: "holding".into(),
+        }],
+        &sinks,
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn an_ack_group_completes_only_when_the_sink_acknowledges_every_message() {
+    let sink = holding(false);
+    let hub = Hub::new(routes_to(sink.clone(), "logs.>"));
+    let group = AckGroup::new();
+    for i in 0..3 {
+        hub.publish_acked(Message::new("logs.app", format!("{i}")), &group)
+            .await
+            .unwrap();
+    }
+    // Not routed: must not hold the group.
+    hub.publish_acked(msg("other", "x"), &group).await.unwrap();
+    assert_eq!(sink.received.load(Ordering::SeqCst), 3);
+    let waiting = tokio::spawn(group.wait());
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(!waiting.is_finished(), "acked before the sink acknowledged");
+    let tokens: Vec<AckToken> = std::mem::take(&mut *sink.held.lock());
+    for t in tokens {
+        t.succeed();
+    }
+    assert_eq!(waiting.await.unwrap(), Ok(()));
+}
+
+#[tokio::test]
+async fn a_failing_sink_fails_the_group_with_its_reason() {
+    let sink = holding(true);
+    let hub = Hub::new(routes_to(sink, "logs.>"));
+    let group = AckGroup::new();
+    hub.publish_acked(msg("logs.a", "x"), &group).await.unwrap();
+    let e = group.wait().await.unwrap_err();
+    assert!(e.to_string().contains("broker said no"), "{e}");
+}
+
+#[tokio::test]
+async fn a_route_to_an_unknown_sink_is_an_error() {
+    let sinks: Vec<Arc<dyn Sink>> = vec![Arc::new(NullSink)];
+    let e = RouteTable::build(
+        &[RouteConfig {
+            topics: "a".into(),
+            sink: "kafka".into(),
+        }],
+        &sinks,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("kafka"));
+}
+
+#[tokio::test]
+async fn a_million_subscriptions_over_fifty_thousand_topics_fan_out_per_topic() {
+    // The seed-001 shape: 1,000 users × 1,000 subscriptions over 50,000 topics.
+    let hub = Hub::default();
+    let t0 = std::time::Instant::now();
+    let mut users = Vec::with_capacity(1000);
+    for u in 0..1000u64 {
+        let mut s = hub.subscriber(SubscriberOptions {
+            capacity: 4,
+            overflow: OverflowPolicy::DropOldest,
+        });
+        for k in 0..1000u64 {
+            let topic = (u * 7919 + k * 104_729) % 50_000;
+            s.subscribe(&format!("topic.{topic}")).unwrap();
+        }
+        users.push(s);
+    }
+    let subscribe_time = t0.elapsed();
+    assert_eq!(hub.metrics().subscriptions.get() as u64, users.iter().map(|u| u.patterns().count() as u64).sum::<u64>());
+    // Publishing to one topic reaches exactly its subscribers.
+    let expected = users
+        .iter()
+        .filter(|u| u.patterns().any(|p| p == "topic.123"))
+        .count() as u64;
+    let before = hub.metrics().delivered.get();
+    hub.publish(msg("topic.123", "x")).await.unwrap();
+    assert_eq!(hub.metrics().delivered.get() - before, expected);
+    eprintln!("subscribed ~1M in {subscribe_time:?}");
+}
