@@ -1,0 +1,177 @@
+//! `tidegate serve`: build sinks and routes, bind every enabled listener
+//! (failing fast, before serving anything), serve until SIGINT/SIGTERM, then
+//! stop accepting and give in-flight work a bounded time to finish.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use thiserror::Error;
+use tidegate_forward::ForwardServer;
+use tidegate_hub::{Hub, NullSink, RouteTable, Sink};
+use tidegate_kafka::KafkaSink;
+use tidegate_s2s::S2sServer;
+use tidegate_wire::server::WireServer;
+use tidegate_wire::sockperf::SockperfServer;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::config::Config;
+
+/// Why `serve` stopped with an error.
+#[derive(Debug, Error)]
+pub enum ServeError {
+    /// The configuration cannot be used (exit code 2).
+    #[error("{0}")]
+    Config(String),
+    /// A listener could not be bound.
+    #[error("cannot bind [{section}] listen = {addr}: {source}")]
+    Bind {
+        /// Config section.
+        section: &'static str,
+        /// Address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A sink could not be started.
+    #[error("cannot start sink {name}: {reason}")]
+    Sink {
+        /// Sink name.
+        name: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+fn bind_err(section: &'static str, addr: std::net::SocketAddr) -> impl FnOnce(std::io::Error) -> ServeError {
+    move |source| ServeError::Bind {
+        section,
+        addr,
+        source,
+    }
+}
+
+/// Runs the hub until a shutdown signal.
+pub async fn serve(config: Config) -> Result<(), ServeError> {
+    let mut sinks: Vec<Arc<dyn Sink>> = vec![Arc::new(NullSink)];
+    if let Some(k) = &config.sinks.kafka {
+        let sink = KafkaSink::new(k.clone()).map_err(|e| ServeError::Sink {
+            name: "kafka",
+            reason: e.to_string(),
+        })?;
+        sinks.push(Arc::new(sink));
+    }
+    let routes = RouteTable::build(&config.routes, &sinks).map_err(|e| ServeError::Config(e.to_string()))?;
+    let hub = Hub::new(routes);
+
+    let shutdown = CancellationToken::new();
+    let mut tasks: JoinSet<(&'static str, Result<(), String>)> = JoinSet::new();
+    let spawn = |tasks: &mut JoinSet<_>, name: &'static str, fut: std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send>>| {
+        tasks.spawn(async move { (name, fut.await) });
+    };
+
+    // Bind everything first: a port in use stops start-up before anything serves.
+    let raw_port = if config.s2s.enabled {
+        let s = S2sServer::bind(config.s2s.clone())
+            .await
+            .map_err(bind_err("s2s", config.s2s.listen))?;
+        let port = s.local_addr().map(|a| a.port()).ok();
+        info!(listen = %config.s2s.listen, "s2s RAW listener bound");
+        let (h, t) = (hub.clone(), shutdown.clone());
+        spawn(&mut tasks, "s2s", Box::pin(async move { s.run(h, t).await.map_err(|e| e.to_string()) }));
+        port
+    } else {
+        None
+    };
+    if config.wire.enabled {
+        let s = WireServer::bind(config.wire.clone())
+            .await
+            .map_err(bind_err("wire", config.wire.listen))?;
+        info!(listen = %config.wire.listen, "wire listener bound");
+        let (h, t) = (hub.clone(), shutdown.clone());
+        spawn(&mut tasks, "wire", Box::pin(async move { s.run(h, t).await.map_err(|e| e.to_string()) }));
+    }
+    if config.sockperf.enabled {
+        let s = SockperfServer::bind(config.sockperf.clone())
+            .await
+            .map_err(bind_err("sockperf", config.sockperf.listen))?;
+        info!(listen = %config.sockperf.listen, "sockperf echo listener bound");
+        let (h, t) = (hub.clone(), shutdown.clone());
+        spawn(&mut tasks, "sockperf", Box::pin(async move { s.run(h, t).await.map_err(|e| e.to_string()) }));
+    }
+    if config.forward.enabled {
+        let s = ForwardServer::bind(config.forward.clone())
+            .await
+            .map_err(bind_err("forward", config.forward.listen))?;
+        info!(listen = %config.forward.listen, "forward listener bound");
+        let (h, t) = (hub.clone(), shutdown.clone());
+        spawn(&mut tasks, "forward", Box::pin(async move { s.run(h, t).await.map_err(|e| e.to_string()) }));
+    }
+    if config.http.enabled {
+        let listener = tokio::net::TcpListener::bind(config.http.listen)
+            .await
+            .map_err(bind_err("http", config.http.listen))?;
+        let http_port = listener.local_addr().map(|a| a.port()).unwrap_or(config.http.listen.port());
+        let app = crate::http::router(hub.clone()).merge(tidegate_s2s::http::router(
+            config.s2s.clone(),
+            hub.clone(),
+            http_port,
+            raw_port,
+        ));
+        info!(listen = %config.http.listen, "http listener bound");
+        let t = shutdown.clone();
+        spawn(
+            &mut tasks,
+            "http",
+            Box::pin(async move {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(async move { t.cancelled().await })
+                    .await
+                    .map_err(|e| e.to_string())
+            }),
+        );
+    }
+    info!(version = env!("CARGO_PKG_VERSION"), "tidegate serving");
+
+    // Serve until a signal, or until a listener dies on its own.
+    tokio::select! {
+        _ = shutdown_signal() => info!("shutdown signal received: no longer accepting"),
+        Some(done) = tasks.join_next() => {
+            match done {
+                Ok((name, Err(e))) => error!(listener = name, error = %e, "listener failed; shutting down"),
+                Ok((name, Ok(()))) => warn!(listener = name, "listener stopped; shutting down"),
+                Err(e) => error!(error = %e, "listener task panicked; shutting down"),
+            }
+        }
+    }
+    shutdown.cancel();
+
+    let grace = Duration::from_millis(config.hub.shutdown_grace_ms);
+    let drained = tokio::time::timeout(grace, async {
+        while let Some(r) = tasks.join_next().await {
+            if let Ok((name, Err(e))) = r {
+                warn!(listener = name, error = %e, "listener ended with an error during shutdown");
+            }
+        }
+    })
+    .await;
+    if drained.is_err() {
+        warn!(?grace, "in-flight work did not finish within the grace period; abandoning it");
+        tasks.abort_all();
+    }
+    hub.close();
+    hub.flush_sinks(grace).await;
+    info!("tidegate stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs every real peer the
+# tests use (each area's scripts/setup/*.sh is idempotent), checks formatting
+# and lints, then runs every test. This is README.md's test command and what
+# .ci/run calls.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export CARGO_TERM_COLOR=never
+export RUST_BACKTRACE=1
+
+for setup in scripts/setup/*.sh; do
+  echo "== setup: $setup"
+  bash "$setup"
+done
+
+# Make anything the setup scripts put on PATH visible here too.
+if [ -f .cache/env.sh ]; then
+  # shellcheck disable=SC1091
+  . .cache/env.sh
+fi
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+echo "== cargo test"
+cargo test --workspace --no-fail-fast
