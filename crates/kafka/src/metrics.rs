@@ -1,0 +1,52 @@
+//! The Kafka sink's counters, shared between the sink (which hands messages
+//! to librdkafka) and the delivery callback (which completes them).
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use tidegate_hub::HubMetrics;
+
+/// Counters of one Kafka sink. Clones share the same values.
+#[derive(Debug, Clone, Default)]
+pub struct KafkaMetrics {
+    /// Messages handed to the producer.
+    pub produced: Counter,
+    /// Messages the broker acknowledged.
+    pub delivered: Counter,
+    /// Messages that failed (delivery error or refused by the producer).
+    pub failed: Counter,
+    /// Sends that had to wait because the queue was full.
+    pub queue_full_waits: Counter,
+    /// Messages handed over and not yet acknowledged or failed.
+    pub in_flight: Gauge,
+}
+
+impl KafkaMetrics {
+    /// Registers every counter as `tidegate_kafka_*`.
+    pub fn register(&self, metrics: &HubMetrics) {
+        metrics.register(
+            "kafka_produced",
+            "Messages handed to the Kafka producer",
+            self.produced.clone(),
+        );
+        metrics.register(
+            "kafka_delivered",
+            "Messages acknowledged by the Kafka broker",
+            self.delivered.clone(),
+        );
+        metrics.register(
+            "kafka_failed",
+            "Messages the Kafka sink failed",
+            self.failed.clone(),
+        );
+        metrics.register(
+            "kafka_queue_full_waits",
+            "Sends that waited because the Kafka producer queue was full",
+            self.queue_full_waits.clone(),
+        );
+        metrics.register(
+            "kafka_in_flight",
+            "Messages handed to the Kafka producer and not yet acknowledged",
+            self.in_flight.clone(),
+        );
+    }
+}
