@@ -76,5 +76,38 @@ fn subscribe(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, fan_out, million_subscriptions, subscribe);
+/// The same-run anchor for fan-out: the obvious alternative of one bounded
+/// `tokio::sync::mpsc` channel per subscriber, drop-oldest emulated by taking
+/// one message out when a channel is full.
+fn fan_out_anchor_mpsc(c: &mut Criterion) {
+    let mut g = c.benchmark_group("anchor_mpsc_fan_out");
+    for n in [1usize, 100, 1000, 10_000] {
+        let chans: Vec<_> = (0..n)
+            .map(|_| tokio::sync::mpsc::channel::<std::sync::Arc<Message>>(64))
+            .collect();
+        let mut chans = chans;
+        let payload = bytes::Bytes::from(vec![0u8; 1024]);
+        g.throughput(Throughput::Elements(n as u64));
+        g.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
+            b.iter(|| {
+                let m = std::sync::Arc::new(Message::new("fan.out", payload.clone()));
+                for (tx, rx) in chans.iter_mut() {
+                    if tx.try_send(m.clone()).is_err() {
+                        let _ = rx.try_recv();
+                        let _ = tx.try_send(m.clone());
+                    }
+                }
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    fan_out,
+    fan_out_anchor_mpsc,
+    million_subscriptions,
+    subscribe
+);
 criterion_main!(benches);
