@@ -1,7 +1,25 @@
-//! Fluentd Forward protocol v1 source. (Skeleton: the forward helper fills it in.)
+//! Fluentd Forward protocol v1 for Tidegate: the codec (all four modes,
+//! EventTime, gzip, JSON connections), the `[forward]` server that publishes
+//! every event into the hub and acks a chunk only once its sinks have it,
+//! and a client speaking the same protocol (tests, load generator, interop).
+//!
+//! - [`codec`]: bytes ↔ frames and events, pure.
+//! - [`server`]: accept loop, limits, TLS, UDP heartbeat.
+//! - [`connection`]: one connection: handshake, decode, publish, ack.
+//! - [`handshake`]: HELO / PING / PONG.
+//! - [`client`]: the sending side.
 
+pub mod client;
+pub mod codec;
 pub mod config;
+pub mod connection;
+pub mod handshake;
+pub mod heartbeat;
+pub mod metrics;
 pub mod server;
+pub mod tls;
+pub mod topic;
 
-pub use config::ForwardConfig;
+pub use client::{ClientAuth, ClientOptions, ClientTls, ForwardClient};
+pub use config::{ForwardConfig, PayloadFormat, TlsConfig, UserConfig};
 pub use server::ForwardServer;
