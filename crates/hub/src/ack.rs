@@ -194,8 +194,12 @@ mod tests {
     #[tokio::test]
     async fn the_first_failure_is_reported() {
         let g = AckGroup::new();
-        g.token().complete(Err(DeliveryError::Full { sink: "k".into() }));
+        g.token()
+            .complete(Err(DeliveryError::Full { sink: "k".into() }));
         g.token().complete(Err(DeliveryError::Dropped));
-        assert_eq!(g.wait().await, Err(DeliveryError::Full { sink: "k".into() }));
+        assert_eq!(
+            g.wait().await,
+            Err(DeliveryError::Full { sink: "k".into() })
+        );
     }
 }

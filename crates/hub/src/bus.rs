@@ -48,11 +48,13 @@ impl TopicBus {
     pub(crate) fn insert(&self, pattern: &Pattern, sub: &Arc<SubscriberQueue>) {
         if pattern.is_literal() {
             let topic = pattern.as_str();
-            self.exact[shard_of(topic)]
-                .write()
-                .entry(topic.into())
-                .or_default()
-                .push(sub.clone());
+            let mut shard = self.exact[shard_of(topic)].write();
+            match shard.get_mut(topic) {
+                Some(list) => list.push(sub.clone()),
+                None => {
+                    shard.insert(topic.into(), vec![sub.clone()]);
+                }
+            }
         } else {
             self.wildcards.write().insert(pattern, sub);
             self.wildcard_count.fetch_add(1, Ordering::Release);
@@ -77,7 +79,11 @@ impl TopicBus {
 
     /// Calls `f` with every queue subscribed to `topic` (once per matching
     /// subscription).
-    pub(crate) fn for_each_subscriber(&self, topic: &str, mut f: impl FnMut(&Arc<SubscriberQueue>)) {
+    pub(crate) fn for_each_subscriber(
+        &self,
+        topic: &str,
+        mut f: impl FnMut(&Arc<SubscriberQueue>),
+    ) {
         if let Some(list) = self.exact[shard_of(topic)].read().get(topic) {
             list.iter().for_each(&mut f);
         }

@@ -122,7 +122,11 @@ impl Hub {
         }
     }
 
-    async fn publish_inner(&self, msg: Message, group: Option<&AckGroup>) -> Result<(), PublishError> {
+    async fn publish_inner(
+        &self,
+        msg: Message,
+        group: Option<&AckGroup>,
+    ) -> Result<(), PublishError> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(PublishError::ShuttingDown);
         }
@@ -152,15 +156,17 @@ impl Hub {
 
     fn fan_out(&self, msg: &SharedMessage) {
         let (mut delivered, mut dropped, mut disconnected) = (0u64, 0u64, 0u64);
-        self.inner.bus.for_each_subscriber(&msg.topic, |q| match q.push(msg) {
-            PushOutcome::Queued => delivered += 1,
-            PushOutcome::DroppedOldest => {
-                delivered += 1;
-                dropped += 1
-            }
-            PushOutcome::Disconnected => disconnected += 1,
-            PushOutcome::AlreadyClosed => {}
-        });
+        self.inner
+            .bus
+            .for_each_subscriber(&msg.topic, |q| match q.push(msg) {
+                PushOutcome::Queued => delivered += 1,
+                PushOutcome::DroppedOldest => {
+                    delivered += 1;
+                    dropped += 1
+                }
+                PushOutcome::Disconnected => disconnected += 1,
+                PushOutcome::AlreadyClosed => {}
+            });
         let m = &self.inner.metrics;
         if delivered > 0 {
             m.delivered.inc_by(delivered);

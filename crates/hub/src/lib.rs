@@ -7,6 +7,7 @@
 //! durability back through an [`AckGroup`].
 
 pub mod ack;
+mod bus;
 pub mod config;
 pub mod hub;
 pub mod message;
@@ -15,7 +16,6 @@ pub mod routes;
 pub mod sink;
 pub mod subscriber;
 pub mod topic;
-mod bus;
 mod trie;
 
 pub use ack::{AckGroup, AckToken, DeliveryError};

@@ -6,8 +6,6 @@
 //! [`HubMetrics::listener`]. Components with counters of their own register
 //! them through [`HubMetrics::register`].
 
-
-
 use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -79,19 +77,67 @@ impl Default for HubMetrics {
         };
         {
             let mut r = m.registry.lock();
-            r.register("hub_published", "Messages published into the hub", m.published.clone());
-            r.register("hub_delivered", "Messages queued to subscribers", m.delivered.clone());
-            r.register("hub_consumed", "Messages taken from subscriber queues", m.consumed.clone());
-            r.register("hub_dropped_oldest", "Messages dropped by drop-oldest overflow", m.dropped_oldest.clone());
-            r.register("hub_disconnected_slow", "Subscribers disconnected on overflow", m.disconnected_slow.clone());
-            r.register("hub_routed", "Messages handed to routed sinks", m.routed.clone());
-            r.register("hub_route_failures", "Routed messages failed by their sink", m.route_failures.clone());
+            r.register(
+                "hub_published",
+                "Messages published into the hub",
+                m.published.clone(),
+            );
+            r.register(
+                "hub_delivered",
+                "Messages queued to subscribers",
+                m.delivered.clone(),
+            );
+            r.register(
+                "hub_consumed",
+                "Messages taken from subscriber queues",
+                m.consumed.clone(),
+            );
+            r.register(
+                "hub_dropped_oldest",
+                "Messages dropped by drop-oldest overflow",
+                m.dropped_oldest.clone(),
+            );
+            r.register(
+                "hub_disconnected_slow",
+                "Subscribers disconnected on overflow",
+                m.disconnected_slow.clone(),
+            );
+            r.register(
+                "hub_routed",
+                "Messages handed to routed sinks",
+                m.routed.clone(),
+            );
+            r.register(
+                "hub_route_failures",
+                "Routed messages failed by their sink",
+                m.route_failures.clone(),
+            );
             r.register("hub_subscribers", "Live subscribers", m.subscribers.clone());
-            r.register("hub_subscriptions", "Live subscriptions", m.subscriptions.clone());
-            r.register("hub_subscriber_queue_depth", "Messages waiting in all subscriber queues", m.queued.clone());
-            r.register("listener_connections_accepted", "Connections accepted per listener", m.connections_accepted.clone());
-            r.register("listener_connections_open", "Connections open per listener", m.connections_open.clone());
-            r.register("listener_errors", "Protocol and I/O errors per listener and kind", m.listener_errors.clone());
+            r.register(
+                "hub_subscriptions",
+                "Live subscriptions",
+                m.subscriptions.clone(),
+            );
+            r.register(
+                "hub_subscriber_queue_depth",
+                "Messages waiting in all subscriber queues",
+                m.queued.clone(),
+            );
+            r.register(
+                "listener_connections_accepted",
+                "Connections accepted per listener",
+                m.connections_accepted.clone(),
+            );
+            r.register(
+                "listener_connections_open",
+                "Connections open per listener",
+                m.connections_open.clone(),
+            );
+            r.register(
+                "listener_errors",
+                "Protocol and I/O errors per listener and kind",
+                m.listener_errors.clone(),
+            );
         }
         m
     }
@@ -186,4 +232,3 @@ impl Drop for ConnectionGuard {
         self.open.dec();
     }
 }
-

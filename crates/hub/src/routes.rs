@@ -21,7 +21,9 @@ pub enum RouteError {
         source: TopicError,
     },
     /// The route names a sink that is not configured.
-    #[error("route for {pattern:?} names sink {sink:?}, which is not configured (configured: {known})")]
+    #[error(
+        "route for {pattern:?} names sink {sink:?}, which is not configured (configured: {known})"
+    )]
     UnknownSink {
         /// The pattern of the route.
         pattern: String,
@@ -55,14 +57,17 @@ impl RouteTable {
                 pattern: r.topics.clone(),
                 source,
             })?;
-            let sink = sinks
-                .iter()
-                .find(|s| s.name() == r.sink)
-                .ok_or_else(|| RouteError::UnknownSink {
+            let sink = sinks.iter().find(|s| s.name() == r.sink).ok_or_else(|| {
+                RouteError::UnknownSink {
                     pattern: r.topics.clone(),
                     sink: r.sink.clone(),
-                    known: sinks.iter().map(|s| s.name()).collect::<Vec<_>>().join(", "),
-                })?;
+                    known: sinks
+                        .iter()
+                        .map(|s| s.name())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                }
+            })?;
             routes.push((pattern, sink.clone()));
         }
         Ok(RouteTable { routes })

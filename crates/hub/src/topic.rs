@@ -25,7 +25,9 @@ pub enum TopicError {
     #[error("topic {0:?} contains a wildcard; wildcards are for subscriptions only")]
     WildcardInTopic(String),
     /// `>` not last, or a wildcard glued to other characters (`a*`).
-    #[error("pattern {0:?} misuses a wildcard: `*` and `>` must be whole tokens and `>` must be last")]
+    #[error(
+        "pattern {0:?} misuses a wildcard: `*` and `>` must be whole tokens and `>` must be last"
+    )]
     BadWildcard(String),
     /// Whitespace or control characters.
     #[error("topic {0:?} contains whitespace or control characters")]
@@ -68,17 +70,39 @@ pub enum Token {
     Rest,
 }
 
-/// A parsed subscription pattern.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// A parsed subscription pattern. Equality and hashing go by the text.
+#[derive(Debug, Clone)]
 pub struct Pattern {
-    text: String,
-    tokens: Vec<Token>,
+    text: Box<str>,
+    /// Parsed tokens, kept only for wildcard patterns: a literal pattern is
+    /// matched by string equality and never needs them.
+    wild_tokens: Box<[Token]>,
+}
+
+impl PartialEq for Pattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for Pattern {}
+
+impl std::hash::Hash for Pattern {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.text.hash(state)
+    }
 }
 
 impl Pattern {
     /// Parses and validates a pattern such as `logs.*.web` or `metrics.>`.
     pub fn parse(text: &str) -> Result<Self, TopicError> {
         check_common(text)?;
+        if !text.contains(['*', '>']) {
+            return Ok(Pattern {
+                text: text.into(),
+                wild_tokens: Box::new([]),
+            });
+        }
         let mut tokens = Vec::new();
         let n = text.split('.').count();
         for (i, tok) in text.split('.').enumerate() {
@@ -93,14 +117,14 @@ impl Pattern {
             tokens.push(t);
         }
         Ok(Pattern {
-            text: text.to_owned(),
-            tokens,
+            text: text.into(),
+            wild_tokens: tokens.into_boxed_slice(),
         })
     }
 
     /// True when the pattern has no wildcard (an exact topic).
     pub fn is_literal(&self) -> bool {
-        self.tokens.iter().all(|t| matches!(t, Token::Literal(_)))
+        self.wild_tokens.is_empty()
     }
 
     /// The pattern as written.
@@ -108,15 +132,18 @@ impl Pattern {
         &self.text
     }
 
-    /// The parsed tokens.
+    /// The parsed tokens of a wildcard pattern (empty for a literal one).
     pub fn tokens(&self) -> &[Token] {
-        &self.tokens
+        &self.wild_tokens
     }
 
     /// Whether `topic` (a valid literal topic) matches this pattern.
     pub fn matches(&self, topic: &str) -> bool {
+        if self.is_literal() {
+            return &*self.text == topic;
+        }
         let mut parts = topic.split('.');
-        for tok in &self.tokens {
+        for tok in self.wild_tokens.iter() {
             match tok {
                 Token::Rest => return parts.next().is_some(),
                 Token::Star => {
@@ -160,12 +187,27 @@ mod tests {
 
     #[test]
     fn malformed_patterns_are_refused() {
-        assert_eq!(Pattern::parse(""), Err(TopicError::Empty));
-        assert!(matches!(Pattern::parse("a.>.b"), Err(TopicError::BadWildcard(_))));
-        assert!(matches!(Pattern::parse("a*"), Err(TopicError::BadWildcard(_))));
-        assert!(matches!(Pattern::parse("a..b"), Err(TopicError::EmptyToken(_))));
-        assert!(matches!(validate_topic("a.*"), Err(TopicError::WildcardInTopic(_))));
-        assert!(matches!(validate_topic("a b"), Err(TopicError::BadCharacter(_))));
+        assert_eq!(Pattern::parse("").unwrap_err(), TopicError::Empty);
+        assert!(matches!(
+            Pattern::parse("a.>.b"),
+            Err(TopicError::BadWildcard(_))
+        ));
+        assert!(matches!(
+            Pattern::parse("a*"),
+            Err(TopicError::BadWildcard(_))
+        ));
+        assert!(matches!(
+            Pattern::parse("a..b"),
+            Err(TopicError::EmptyToken(_))
+        ));
+        assert!(matches!(
+            validate_topic("a.*"),
+            Err(TopicError::WildcardInTopic(_))
+        ));
+        assert!(matches!(
+            validate_topic("a b"),
+            Err(TopicError::BadCharacter(_))
+        ));
     }
 
     proptest::proptest! {

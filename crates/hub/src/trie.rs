@@ -58,7 +58,10 @@ impl TrieNode {
     }
 
     fn is_empty(&self) -> bool {
-        self.literal.is_empty() && self.star.is_none() && self.here.is_empty() && self.rest.is_empty()
+        self.literal.is_empty()
+            && self.star.is_none()
+            && self.here.is_empty()
+            && self.rest.is_empty()
     }
 
     /// Calls `f` for every subscriber whose pattern matches the topic tokens.

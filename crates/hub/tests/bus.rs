@@ -102,7 +102,11 @@ async fn recv_wakes_when_a_message_arrives() {
     let h = tokio::spawn(async move { s.recv().await.map(|m| m.payload.clone()) });
     tokio::time::sleep(Duration::from_millis(20)).await;
     hub.publish(msg("w", "hello")).await.unwrap();
-    let got = tokio::time::timeout(Duration::from_secs(5), h).await.unwrap().unwrap().unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), h)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     assert_eq!(&got[..], b"hello");
 }
 
@@ -113,9 +117,15 @@ async fn bad_topics_are_refused_on_publish() {
         hub.publish(msg("a.*", "x")).await,
         Err(PublishError::BadTopic(_))
     ));
-    assert!(matches!(hub.publish(msg("", "x")).await, Err(PublishError::BadTopic(_))));
+    assert!(matches!(
+        hub.publish(msg("", "x")).await,
+        Err(PublishError::BadTopic(_))
+    ));
     hub.close();
-    assert_eq!(hub.publish(msg("a", "x")).await, Err(PublishError::ShuttingDown));
+    assert_eq!(
+        hub.publish(msg("a", "x")).await,
+        Err(PublishError::ShuttingDown)
+    );
 }
 
 /// A sink that holds acknowledgements until told, or fails them.
@@ -228,7 +238,13 @@ async fn a_million_subscriptions_over_fifty_thousand_topics_fan_out_per_topic() 
         users.push(s);
     }
     let subscribe_time = t0.elapsed();
-    assert_eq!(hub.metrics().subscriptions.get() as u64, users.iter().map(|u| u.patterns().count() as u64).sum::<u64>());
+    assert_eq!(
+        hub.metrics().subscriptions.get() as u64,
+        users
+            .iter()
+            .map(|u| u.patterns().count() as u64)
+            .sum::<u64>()
+    );
     // Publishing to one topic reaches exactly its subscribers.
     let expected = users
         .iter()
