@@ -1,0 +1,84 @@
+//! Site-to-Site over HTTP, served under `/nifi-api/` on the `[http]`
+//! listener: discovery ([`discovery`]) and the HTTP transport
+//! ([`transport`]) with its transaction table ([`transactions`]).
+
+mod discovery;
+mod transactions;
+mod transport;
+
+use std::sync::Arc;
+
+use axum::routing::{get, post};
+use tidegate_hub::Hub;
+use tracing::error;
+
+use crate::ports::S2sPorts;
+use crate::S2sConfig;
+
+pub use transactions::HttpTransactions;
+
+/// Header carrying the transport protocol version.
+pub const PROTOCOL_VERSION_HEADER: &str = "x-nifi-site-to-site-protocol-version";
+/// Header carrying the transaction TTL in seconds.
+pub const TTL_HEADER: &str = "x-nifi-site-to-site-server-transaction-ttl";
+/// Handshake header: packets are compressed.
+pub const USE_COMPRESSION_HEADER: &str = "x-nifi-site-to-site-use-compression";
+/// Handshake header: most FlowFiles per output transaction.
+pub const BATCH_COUNT_HEADER: &str = "x-nifi-site-to-site-batch-count";
+
+/// What every handler shares.
+#[derive(Debug)]
+pub(crate) struct HttpState {
+    pub(crate) ports: S2sPorts,
+    pub(crate) transactions: HttpTransactions,
+    pub(crate) http_port: u16,
+    pub(crate) raw_port: Option<u16>,
+}
+
+/// Routes under `/nifi-api/`. `http_port` is the `[http]` listener's port
+/// (advertised as `remoteSiteHttpListeningPort`), `raw_port` the RAW
+/// listener's port if enabled. Builds its own [`S2sPorts`]; to share output
+/// port queues with the RAW listener use [`router_with_ports`]. An output
+/// port whose topic is invalid is logged and left out (the RAW listener
+/// refuses to start on the same configuration).
+pub fn router(config: S2sConfig, hub: Hub, http_port: u16, raw_port: Option<u16>) -> axum::Router {
+    let ports = match S2sPorts::new(config.clone(), hub.clone()) {
+        Ok(p) => p,
+        Err(e) => {
+            error!(error = %e, "s2s: an output port topic is invalid; serving input ports only");
+            let cfg = S2sConfig {
+                output_ports: Vec::new(),
+                ..config
+            };
+            S2sPorts::new(cfg, hub).expect("input ports need no subscription")
+        }
+    };
+    router_with_ports(ports, http_port, raw_port)
+}
+
+/// Routes under `/nifi-api/` serving `ports` (share them with
+/// [`crate::S2sServer::with_ports`]).
+pub fn router_with_ports(ports: S2sPorts, http_port: u16, raw_port: Option<u16>) -> axum::Router {
+    let transactions = HttpTransactions::new(ports.config());
+    let state = Arc::new(HttpState {
+        ports,
+        transactions,
+        http_port,
+        raw_port,
+    });
+    let tx = "/nifi-api/data-transfer/{kind}/{port}/transactions";
+    axum::Router::new()
+        .route("/nifi-api/site-to-site", get(discovery::site_to_site))
+        .route("/nifi-api/controller", get(discovery::site_to_site))
+        .route("/nifi-api/site-to-site/peers", get(discovery::peers))
+        .route(tx, post(transport::create))
+        .route(
+            &format!("{tx}/{{tx}}"),
+            axum::routing::put(transport::extend).delete(transport::finish),
+        )
+        .route(
+            &format!("{tx}/{{tx}}/flow-files"),
+            post(transport::receive_flow_files).get(transport::send_flow_files),
+        )
+        .with_state(state)
+}

@@ -1,0 +1,170 @@
+//! Test harness: a hub, the RAW listener and the HTTP router on free ports,
+//! and the stock Java client driver (tests/java) run as a child process.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tidegate_hub::Hub;
+use tidegate_s2s::{PortConfig, S2sConfig, S2sPorts, S2sServer};
+use tokio::io::AsyncBufReadExt;
+use tokio_util::sync::CancellationToken;
+
+/// A running server pair; cancelled on drop.
+pub struct Running {
+    pub hub: Hub,
+    pub raw: SocketAddr,
+    pub http: SocketAddr,
+    pub ports: S2sPorts,
+    pub shutdown: CancellationToken,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl Running {
+    /// `http://127.0.0.1:<http>/nifi`, the URL clients are given.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/nifi", self.http.port())
+    }
+}
+
+/// A config with input port `input` → `s2s.input` and output port `output`
+/// ← `s2s.output`, on free ports.
+pub fn test_config() -> S2sConfig {
+    S2sConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        host: "127.0.0.1".into(),
+        input_ports: vec![PortConfig::new("input", "s2s.input")],
+        output_ports: vec![PortConfig::new("output", "s2s.output")],
+        ..S2sConfig::default()
+    }
+}
+
+/// Starts the RAW listener and the HTTP router with one shared port set.
+pub async fn start(config: S2sConfig, hub: Hub) -> Running {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_test_writer()
+        .try_init();
+    let shutdown = CancellationToken::new();
+    let server = S2sServer::bind(config.clone()).await.unwrap();
+    let raw = server.local_addr().unwrap();
+    let http_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http = http_listener.local_addr().unwrap();
+    let ports = S2sPorts::new(config, hub.clone()).unwrap();
+    let router =
+        tidegate_s2s::http::router_with_ports(ports.clone(), http.port(), Some(raw.port()));
+    let sd = shutdown.clone();
+    tokio::spawn(async move {
+        axum::serve(http_listener, router)
+            .with_graceful_shutdown(async move { sd.cancelled().await })
+            .await
+            .unwrap();
+    });
+    tokio::spawn(
+        server
+            .with_ports(ports.clone())
+            .run(hub.clone(), shutdown.clone()),
+    );
+    Running {
+        hub,
+        raw,
+        http,
+        ports,
+        shutdown,
+    }
+}
+
+/// Which stock client to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nifi {
+    /// nifi-site-to-site-client 1.28.1 on Java 17.
+    V1,
+    /// nifi-site-to-site-client 2.6.0 on Java 21+.
+    V2,
+}
+
+fn java_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/java")
+}
+
+/// Runs the Java driver with `args`; returns its JSON lines. Panics (the
+/// test fails) if the driver was not built by scripts/setup/s2s.sh.
+pub async fn java(version: Nifi, args: &[&str], timeout: Duration) -> Vec<serde_json::Value> {
+    let dir = java_dir();
+    let (sub, java) = match version {
+        Nifi::V1 => ("v1", "java".to_string()),
+        Nifi::V2 => {
+            let home = std::fs::read_to_string(dir.join(".jdk21"))
+                .expect("tests/java/.jdk21 missing: run scripts/setup/s2s.sh");
+            ("v2", format!("{}/bin/java", home.trim()))
+        }
+    };
+    let target = dir.join(sub).join("target");
+    let jar = target.join(format!("s2s-driver-{sub}-1.jar"));
+    assert!(
+        jar.exists(),
+        "{} missing: run scripts/setup/s2s.sh",
+        jar.display()
+    );
+    let cp = format!("{}:{}/lib/*", jar.display(), target.display());
+    let mut child = tokio::process::Command::new(java)
+        .arg("-cp")
+        .arg(cp)
+        .arg(format!(
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel={}",
+            std::env::var("S2S_JAVA_LOG").unwrap_or_else(|_| "warn".into())
+        ))
+        .arg("tidegate.s2s.Driver")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("java is not installed: run scripts/setup/s2s.sh");
+    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let err_task = tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        let mut all = String::new();
+        while let Ok(Some(l)) = lines.next_line().await {
+            all.push_str(&l);
+            all.push('\n');
+        }
+        all
+    });
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let mut out = Vec::new();
+    let read = async {
+        while let Ok(Some(l)) = lines.next_line().await {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&l) {
+                out.push(v);
+            }
+        }
+        child.wait().await
+    };
+    let status = tokio::time::timeout(timeout, read).await;
+    let stderr = err_task.await.unwrap_or_default();
+    match status {
+        Ok(_) => {}
+        Err(_) => panic!("java driver timed out; output so far: {out:?}\nstderr:\n{stderr}"),
+    }
+    if out.is_empty() || out.iter().any(|v| v["event"] == "error") {
+        eprintln!("java stderr:\n{stderr}");
+    }
+    out
+}
+
+/// Byte `j` of FlowFile `i` in the driver's `send` mode.
+pub fn content(i: usize, size: usize) -> Vec<u8> {
+    (0..size).map(|j| ((i * 31 + j) % 251) as u8).collect()
+}
