@@ -5,9 +5,7 @@
 //! subscribers of that topic, not the total. Wildcard patterns live in a token
 //! trie that is skipped entirely while no wildcard subscription exists.
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -19,10 +17,15 @@ use crate::trie::TrieNode;
 
 const SHARDS: usize = 64;
 
-type Shard = RwLock<HashMap<Box<str>, Vec<Arc<SubscriberQueue>>>>;
+/// aHash: the topic is hashed twice per publish (shard, then map), and SipHash
+/// cost more than the whole single-subscriber fan-out in the criterion bench.
+type FastHash = ahash::RandomState;
+
+type Shard = RwLock<HashMap<Box<str>, Vec<Arc<SubscriberQueue>>, FastHash>>;
 
 #[derive(Debug)]
 pub(crate) struct TopicBus {
+    shard_hash: FastHash,
     exact: Box<[Shard]>,
     wildcards: RwLock<TrieNode>,
     wildcard_count: AtomicUsize,
@@ -31,6 +34,7 @@ pub(crate) struct TopicBus {
 impl Default for TopicBus {
     fn default() -> Self {
         TopicBus {
+            shard_hash: FastHash::new(),
             exact: (0..SHARDS).map(|_| RwLock::default()).collect(),
             wildcards: RwLock::default(),
             wildcard_count: AtomicUsize::new(0),
@@ -38,17 +42,15 @@ impl Default for TopicBus {
     }
 }
 
-fn shard_of(topic: &str) -> usize {
-    let mut h = DefaultHasher::new();
-    topic.hash(&mut h);
-    (h.finish() as usize) % SHARDS
-}
-
 impl TopicBus {
+    fn shard_of(&self, topic: &str) -> usize {
+        (self.shard_hash.hash_one(topic) as usize) % SHARDS
+    }
+
     pub(crate) fn insert(&self, pattern: &Pattern, sub: &Arc<SubscriberQueue>) {
         if pattern.is_literal() {
             let topic = pattern.as_str();
-            let mut shard = self.exact[shard_of(topic)].write();
+            let mut shard = self.exact[self.shard_of(topic)].write();
             match shard.get_mut(topic) {
                 Some(list) => list.push(sub.clone()),
                 None => {
@@ -64,7 +66,7 @@ impl TopicBus {
     pub(crate) fn remove(&self, pattern: &Pattern, id: u64) {
         if pattern.is_literal() {
             let topic = pattern.as_str();
-            let mut shard = self.exact[shard_of(topic)].write();
+            let mut shard = self.exact[self.shard_of(topic)].write();
             if let Some(list) = shard.get_mut(topic) {
                 list.retain(|s| s.id != id);
                 if list.is_empty() {
@@ -84,7 +86,7 @@ impl TopicBus {
         topic: &str,
         mut f: impl FnMut(&Arc<SubscriberQueue>),
     ) {
-        if let Some(list) = self.exact[shard_of(topic)].read().get(topic) {
+        if let Some(list) = self.exact[self.shard_of(topic)].read().get(topic) {
             list.iter().for_each(&mut f);
         }
         if self.wildcard_count.load(Ordering::Acquire) > 0 {

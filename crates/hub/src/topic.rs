@@ -50,8 +50,26 @@ fn check_common(s: &str) -> Result<(), TopicError> {
     Ok(())
 }
 
-/// Checks a topic a message is published on (no wildcards).
+/// Checks a topic a message is published on (no wildcards). Runs on every
+/// publish, so ASCII topics take a single pass over the bytes.
 pub fn validate_topic(topic: &str) -> Result<(), TopicError> {
+    if topic.is_ascii() && !topic.is_empty() && topic.len() <= MAX_TOPIC_LEN {
+        let b = topic.as_bytes();
+        let mut prev_dot = true;
+        let mut clean = true;
+        for &c in b {
+            match c {
+                b'.' if prev_dot => clean = false,
+                b'*' | b'>' => clean = false,
+                c if c <= b' ' || c == 0x7f => clean = false,
+                _ => {}
+            }
+            prev_dot = c == b'.';
+        }
+        if clean && !prev_dot {
+            return Ok(());
+        }
+    }
     check_common(topic)?;
     if topic.split('.').any(|t| t.contains('*') || t.contains('>')) {
         return Err(TopicError::WildcardInTopic(topic.to_owned()));
