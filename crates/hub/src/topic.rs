@@ -228,7 +228,17 @@ mod tests {
         ));
     }
 
+    /// The definition the one-pass check must agree with.
+    fn validate_slow(topic: &str) -> bool {
+        check_common(topic).is_ok() && !topic.split('.').any(|t| t.contains('*') || t.contains('>'))
+    }
+
     proptest::proptest! {
+        #[test]
+        fn the_fast_topic_check_agrees_with_the_definition(t in "[a-c.*> \t\x00\x7fé]{0,12}") {
+            proptest::prop_assert_eq!(validate_topic(&t).is_ok(), validate_slow(&t), "{:?}", t);
+        }
+
         #[test]
         fn a_literal_pattern_matches_only_itself(a in "[a-z]{1,4}(\\.[a-z]{1,4}){0,3}", b in "[a-z]{1,4}(\\.[a-z]{1,4}){0,3}") {
             let p = Pattern::parse(&a).unwrap();
