@@ -6,6 +6,8 @@
 //! bounded queues of shared messages; routed sinks ([`Sink`]) acknowledge
 //! durability back through an [`AckGroup`].
 
+#![warn(missing_docs)]
+
 pub mod ack;
 mod bus;
 pub mod config;
