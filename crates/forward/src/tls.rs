@@ -1,5 +1,6 @@
 //! TLS set-up with rustls (ring provider): the server's configuration from
-//! `[forward.tls]` PEM files, and a client configuration trusting a given CA.
+//! `[forward.tls]` PEM files, a client configuration trusting a given CA, and
+//! a throw-away CA plus `localhost` certificate for tests and benchmarks.
 
 use std::io;
 use std::sync::Arc;
@@ -62,4 +63,28 @@ pub fn client_config(ca_pem: &[u8]) -> io::Result<Arc<rustls::ClientConfig>> {
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(Arc::new(config))
+}
+
+/// A freshly generated CA and a certificate it signed for `localhost` and
+/// `127.0.0.1`, written as `cert.pem` / `key.pem` under `dir`. Returns the
+/// `[forward.tls]` section and the CA's PEM (for [`client_config`]).
+pub fn generate_test_pki(dir: &std::path::Path) -> io::Result<(TlsConfig, String)> {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let err = |e: rcgen::Error| invalid(format!("generating certificates: {e}"));
+    let ca_key = KeyPair::generate().map_err(err)?;
+    let mut ca_params = CertificateParams::new(vec![]).map_err(err)?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).map_err(err)?;
+    let key = KeyPair::generate().map_err(err)?;
+    let cert = CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()])
+        .map_err(err)?
+        .signed_by(&key, &ca, &ca_key)
+        .map_err(err)?;
+    let tls = TlsConfig {
+        cert: dir.join("cert.pem"),
+        key: dir.join("key.pem"),
+    };
+    std::fs::write(&tls.cert, cert.pem())?;
+    std::fs::write(&tls.key, key.serialize_pem())?;
+    Ok((tls, ca.pem()))
 }
