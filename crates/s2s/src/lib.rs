@@ -12,6 +12,7 @@
 pub mod client;
 pub mod codec;
 pub mod config;
+pub mod frame_io;
 pub mod http;
 pub mod ports;
 pub mod server;

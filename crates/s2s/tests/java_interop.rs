@@ -92,3 +92,147 @@ async fn v2_raw_sends_flowfiles_intact() {
 async fn v2_http_compressed_sends_flowfiles_intact() {
     send_case(Nifi::V2, "HTTP", true).await;
 }
+
+async fn receive_case(version: Nifi, transport: &str, compress: bool) {
+    let hub = Hub::default();
+    let srv = start(test_config(), hub.clone()).await;
+    let sizes = [0usize, 1, 1 << 20, 7];
+    for (i, size) in sizes.iter().enumerate() {
+        let m = Message::new("s2s.output", content(i, *size))
+            .with_attribute("i", i.to_string())
+            .with_attribute("kind", "out");
+        hub.publish(m).await.unwrap();
+    }
+    let url = srv.url();
+    let mut args = vec![
+        "receive",
+        "--url",
+        &url,
+        "--transport",
+        transport,
+        "--port",
+        "output",
+        "--expect",
+        "4",
+    ];
+    if compress {
+        args.push("--compress");
+    }
+    let out = java(version, &args, T).await;
+    let files: Vec<_> = out.iter().filter(|v| v["event"] == "flowfile").collect();
+    assert_eq!(files.len(), 4, "{out:?}");
+    for f in files {
+        let i: usize = f["attributes"]["i"].as_str().unwrap().parse().unwrap();
+        assert_eq!(f["attributes"]["kind"], "out");
+        assert_eq!(f["size"], sizes[i]);
+        let want = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(content(i, sizes[i])));
+        assert_eq!(f["sha256"], want.as_str(), "content of FlowFile {i}");
+    }
+    // Committed: nothing is left to redeliver.
+    assert!(srv.ports.outputs()[0].is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_raw_receives_from_an_output_port() {
+    receive_case(Nifi::V1, "RAW", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_http_receives_from_an_output_port() {
+    receive_case(Nifi::V1, "HTTP", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v2_raw_compressed_receives_from_an_output_port() {
+    receive_case(Nifi::V2, "RAW", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v2_http_receives_from_an_output_port() {
+    receive_case(Nifi::V2, "HTTP", false).await;
+}
+
+async fn cancel_case(version: Nifi, transport: &str) {
+    let hub = Hub::default();
+    let mut sub = hub.subscribe("s2s.input").unwrap();
+    let srv = start(test_config(), hub.clone()).await;
+    let url = srv.url();
+    let out = java(
+        version,
+        &[
+            "cancel",
+            "--url",
+            &url,
+            "--transport",
+            transport,
+            "--port",
+            "input",
+        ],
+        T,
+    )
+    .await;
+    assert!(out.iter().any(|v| v["event"] == "cancelled"), "{out:?}");
+    assert!(out.iter().any(|v| v["event"] == "complete"), "{out:?}");
+    let m = tokio::time::timeout(Duration::from_secs(10), sub.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        m.attribute("after"),
+        Some("cancel"),
+        "the cancelled FlowFile must not arrive"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(sub.is_empty());
+    assert_eq!(srv.ports.metrics().error_count("client_cancel"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_raw_cancel_rolls_back() {
+    cancel_case(Nifi::V1, "RAW").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_http_cancel_rolls_back() {
+    cancel_case(Nifi::V1, "HTTP").await;
+}
+
+async fn wrong_port_case(version: Nifi, transport: &str) {
+    let hub = Hub::default();
+    let srv = start(test_config(), hub.clone()).await;
+    let url = srv.url();
+    let out = java(
+        version,
+        &[
+            "send",
+            "--url",
+            &url,
+            "--transport",
+            transport,
+            "--port-id",
+            "no-such-port",
+            "--sizes",
+            "1",
+            "--timeout-ms",
+            "5000",
+        ],
+        T,
+    )
+    .await;
+    assert!(!out.iter().any(|v| v["event"] == "complete"), "{out:?}");
+    assert!(out.iter().any(|v| v["event"] == "error"), "{out:?}");
+    assert!(
+        srv.ports.metrics().error_count("unknown_port") >= 1,
+        "the server saw the unknown port"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_raw_wrong_port_is_refused() {
+    wrong_port_case(Nifi::V1, "RAW").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_http_wrong_port_is_refused() {
+    wrong_port_case(Nifi::V1, "HTTP").await;
+}

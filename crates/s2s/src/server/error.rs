@@ -43,6 +43,18 @@ pub enum SessionError {
     Tls(String),
 }
 
+impl From<crate::frame_io::FrameError> for SessionError {
+    fn from(e: crate::frame_io::FrameError) -> Self {
+        use crate::frame_io::FrameError;
+        match e {
+            FrameError::Eof => SessionError::Eof,
+            FrameError::Timeout(w) => SessionError::Timeout(w),
+            FrameError::Io(e) => SessionError::Io(e),
+            FrameError::Codec(e) => SessionError::Codec(e),
+        }
+    }
+}
+
 impl SessionError {
     /// A short label for the `listener_errors{kind}` counter.
     pub fn kind(&self) -> &'static str {

@@ -4,7 +4,6 @@
 //! a few kilobytes of buffers.
 
 mod error;
-mod io;
 mod receive;
 mod session;
 mod transfer;

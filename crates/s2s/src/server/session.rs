@@ -5,13 +5,13 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::io::FrameIo;
 use super::{receive, transfer, SessionError};
 use crate::codec::{
     decode_handshake, decode_magic, decode_request, decode_resource_offer, encode_peer_list,
     encode_resource_reply, encode_response, Handshake, PeerInfo, RequestType, ResourceReply,
     ResponseCode, CODEC_NAME, CODEC_VERSION, PROTOCOL_NAME, PROTOCOL_VERSION,
 };
+use crate::frame_io::{FrameError, FrameIo};
 use crate::ports::{PortRef, S2sPorts};
 
 /// Most resource offers a client may make before agreeing.
@@ -96,12 +96,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             let req = match req {
                 Ok(r) => r,
                 // A pooled connection may close between requests.
-                Err(SessionError::Eof) => return Ok(()),
-                Err(SessionError::Timeout(_)) => {
+                Err(FrameError::Eof) => return Ok(()),
+                Err(FrameError::Timeout(_)) => {
                     debug!("idle s2s connection timed out");
                     return Ok(());
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             };
             match req {
                 RequestType::NegotiateFlowfileCodec => self.negotiate_codec().await?,

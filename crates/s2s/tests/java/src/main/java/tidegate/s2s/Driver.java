@@ -120,12 +120,16 @@ public final class Driver {
     private SiteToSiteClient client(String portName) throws Exception {
         SiteToSiteClient.Builder b = new SiteToSiteClient.Builder()
                 .url(opt("url", "http://127.0.0.1:8080/nifi"))
-                .portName(portName)
                 .transportProtocol(SiteToSiteTransportProtocol.valueOf(opt("transport", "RAW")))
                 .useCompression(flags.contains("--compress"))
                 .timeout(num("timeout-ms", 30000), TimeUnit.MILLISECONDS)
                 .idleExpiration(70, TimeUnit.SECONDS)
                 .requestBatchCount(num("batch", 100));
+        if (opts.containsKey("port-id")) {
+            b = b.portIdentifier(opts.get("port-id"));
+        } else {
+            b = b.portName(portName);
+        }
         SSLContext ctx = ssl();
         if (ctx != null) {
             b = b.sslContext(ctx);

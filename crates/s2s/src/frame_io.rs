@@ -1,13 +1,32 @@
 //! [`FrameIo`]: a socket with a small read buffer and a write buffer, read
 //! through the pure decoders of [`crate::codec`] with a timeout per read.
+//! Shared by the server's sessions and the client.
 
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::SessionError;
-use crate::codec::{split_packet, DataPacket, Decoded, PacketLimits};
+use thiserror::Error;
+
+use crate::codec::{split_packet, CodecError, DataPacket, Decoded, PacketLimits};
+
+/// Why a read or write on a [`FrameIo`] failed.
+#[derive(Debug, Error)]
+pub enum FrameError {
+    /// The peer closed the connection.
+    #[error("connection closed by the peer")]
+    Eof,
+    /// A read took longer than its timeout.
+    #[error("timed out waiting for {0}")]
+    Timeout(&'static str),
+    /// A socket error.
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    /// Bytes that are not Site-to-Site.
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+}
 
 /// Bytes requested from the socket per read.
 const READ_CHUNK: usize = 4096;
@@ -36,14 +55,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
         !self.rbuf.is_empty()
     }
 
-    async fn fill(&mut self, timeout: Duration, what: &'static str) -> Result<(), SessionError> {
+    async fn fill(&mut self, timeout: Duration, what: &'static str) -> Result<(), FrameError> {
         if self.rbuf.capacity() - self.rbuf.len() < 1024 {
             self.rbuf.reserve(READ_CHUNK);
         }
         match tokio::time::timeout(timeout, self.stream.read_buf(&mut self.rbuf)).await {
-            Err(_) => Err(SessionError::Timeout(what)),
-            Ok(Err(e)) => Err(SessionError::Io(e)),
-            Ok(Ok(0)) => Err(SessionError::Eof),
+            Err(_) => Err(FrameError::Timeout(what)),
+            Ok(Err(e)) => Err(FrameError::Io(e)),
+            Ok(Ok(0)) => Err(FrameError::Eof),
             Ok(Ok(_)) => Ok(()),
         }
     }
@@ -54,7 +73,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
         decode: impl Fn(&[u8]) -> Decoded<T>,
         timeout: Duration,
         what: &'static str,
-    ) -> Result<T, SessionError> {
+    ) -> Result<T, FrameError> {
         loop {
             if let Some((v, n)) = decode(&self.rbuf)? {
                 self.rbuf.advance(n);
@@ -72,7 +91,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
         limits: &PacketLimits,
         crc: &mut crc32fast::Hasher,
         timeout: Duration,
-    ) -> Result<(DataPacket, usize), SessionError> {
+    ) -> Result<(DataPacket, usize), FrameError> {
         loop {
             if let Some(p) = split_packet(&mut self.rbuf, gzip, limits, crc)? {
                 return Ok(p);
@@ -82,7 +101,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
     }
 
     /// Writes everything buffered.
-    pub(crate) async fn flush(&mut self) -> Result<(), SessionError> {
+    pub(crate) async fn flush(&mut self) -> Result<(), FrameError> {
         if !self.wbuf.is_empty() {
             self.stream.write_all(&self.wbuf).await?;
             self.wbuf.clear();
@@ -92,7 +111,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
     }
 
     /// Flushes if the write buffer has grown past [`FLUSH_ABOVE`].
-    pub(crate) async fn flush_if_large(&mut self) -> Result<(), SessionError> {
+    pub(crate) async fn flush_if_large(&mut self) -> Result<(), FrameError> {
         if self.wbuf.len() > FLUSH_ABOVE {
             self.flush().await?;
         }
