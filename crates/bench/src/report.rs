@@ -81,7 +81,11 @@ impl Report {
         if self.errors.is_empty() {
             s.push_str("errors: none\n");
         } else {
-            let e: Vec<String> = self.errors.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let e: Vec<String> = self
+                .errors
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
             s.push_str(&format!("errors: {}\n", e.join(" ")));
         }
         s.push_str(&format!(
@@ -144,10 +148,22 @@ mod tests {
         let mut r = Report::new("echo", serde_json::json!({"rate": 1}));
         r.error("timeout", 2);
         let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
-        for k in ["scenario", "params", "sent", "received", "errors", "duration_s", "rate", "latency_us", "server"] {
+        for k in [
+            "scenario",
+            "params",
+            "sent",
+            "received",
+            "errors",
+            "duration_s",
+            "rate",
+            "latency_us",
+            "server",
+        ] {
             assert!(v.get(k).is_some(), "missing {k}");
         }
-        for k in ["mean", "p50", "p90", "p99", "p999", "p9999", "p99999", "max"] {
+        for k in [
+            "mean", "p50", "p90", "p99", "p999", "p9999", "p99999", "max",
+        ] {
             assert!(v["latency_us"].get(k).is_some(), "missing latency_us.{k}");
         }
         assert!(v["server"].get("cpu_pct_avg").is_some());
@@ -157,8 +173,16 @@ mod tests {
 
     #[test]
     fn the_seed_002_table_halves_round_trip() {
-        let l = LatencySummary { mean: 80.0, p99: 148.0, max: 255.0, ..Default::default() };
+        let l = LatencySummary {
+            mean: 80.0,
+            p99: 148.0,
+            max: 255.0,
+            ..Default::default()
+        };
         let t = one_way_round_trip_table(&l);
-        assert!(t.contains("mean                   |            40 |             80 |"), "{t}");
+        assert!(
+            t.contains("mean                   |            40 |             80 |"),
+            "{t}"
+        );
     }
 }

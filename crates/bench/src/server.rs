@@ -76,7 +76,10 @@ impl ServerUnderTest {
             .arg("serve")
             .arg("--config")
             .arg(&path)
-            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -103,7 +106,10 @@ impl ServerUnderTest {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                bail!("`tidegate serve` did not open {} within {STARTUP_TIMEOUT:?}", self.addrs.http);
+                bail!(
+                    "`tidegate serve` did not open {} within {STARTUP_TIMEOUT:?}",
+                    self.addrs.http
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -181,9 +187,16 @@ fn merge_sections(text: &str) -> String {
             continue;
         }
         if in_array {
-            arrays.last_mut().expect("array header seen").1.push(line.to_owned());
+            arrays
+                .last_mut()
+                .expect("array header seen")
+                .1
+                .push(line.to_owned());
         } else {
-            bodies.get_mut(&current).expect("section seen").push(line.to_owned());
+            bodies
+                .get_mut(&current)
+                .expect("section seen")
+                .push(line.to_owned());
         }
     }
     let mut out = String::new();

@@ -29,10 +29,7 @@ pub enum Target {
 impl Target {
     /// Uses `--target` if given, else spawns `tidegate serve` with
     /// `extra_toml` and picks the listener with `pick`.
-    pub fn resolve(
-        common: &CommonArgs,
-        extra_toml: &str,
-    ) -> anyhow::Result<Target> {
+    pub fn resolve(common: &CommonArgs, extra_toml: &str) -> anyhow::Result<Target> {
         Ok(match common.target {
             Some(a) => Target::External(a),
             None => Target::Spawned(ServerUnderTest::spawn(extra_toml)?),

@@ -134,7 +134,11 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let inner = e.into_inner();
         ConfigError::Invalid {
             path: path.to_owned(),
-            key: if key == "." { "(top level)".into() } else { key },
+            key: if key == "." {
+                "(top level)".into()
+            } else {
+                key
+            },
             message: inner.message().trim().to_owned(),
         }
     })?;
@@ -157,9 +161,7 @@ fn check(c: &Config, path: &Path) -> Result<(), ConfigError> {
     for (i, (a, ea, la)) in listeners.iter().enumerate() {
         for (b, eb, lb) in &listeners[i + 1..] {
             if *ea && *eb && la == lb && la.port() != 0 {
-                return Err(inconsistent(format!(
-                    "[{a}] and [{b}] both listen on {la}"
-                )));
+                return Err(inconsistent(format!("[{a}] and [{b}] both listen on {la}")));
             }
         }
     }
@@ -209,9 +211,13 @@ mod tests {
 
     #[test]
     fn a_wrong_key_names_the_file_and_the_key() {
-        let e = parse_str("[wire]\nlisten = \"nonsense\"\n").unwrap_err().to_string();
+        let e = parse_str("[wire]\nlisten = \"nonsense\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("t.toml") && e.contains("wire.listen"), "{e}");
-        let e = parse_str("[http]\nlisen = \"127.0.0.1:1\"\n").unwrap_err().to_string();
+        let e = parse_str("[http]\nlisen = \"127.0.0.1:1\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("lisen"), "{e}");
     }
 

@@ -45,7 +45,10 @@ pub enum ServeError {
     },
 }
 
-fn bind_err(section: &'static str, addr: std::net::SocketAddr) -> impl FnOnce(std::io::Error) -> ServeError {
+fn bind_err(
+    section: &'static str,
+    addr: std::net::SocketAddr,
+) -> impl FnOnce(std::io::Error) -> ServeError {
     move |source| ServeError::Bind {
         section,
         addr,
@@ -63,14 +66,18 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         })?;
         sinks.push(Arc::new(sink));
     }
-    let routes = RouteTable::build(&config.routes, &sinks).map_err(|e| ServeError::Config(e.to_string()))?;
+    let routes =
+        RouteTable::build(&config.routes, &sinks).map_err(|e| ServeError::Config(e.to_string()))?;
     let hub = Hub::new(routes);
 
     let shutdown = CancellationToken::new();
     let mut tasks: JoinSet<(&'static str, Result<(), String>)> = JoinSet::new();
-    let spawn = |tasks: &mut JoinSet<_>, name: &'static str, fut: std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send>>| {
-        tasks.spawn(async move { (name, fut.await) });
-    };
+    let spawn =
+        |tasks: &mut JoinSet<_>,
+         name: &'static str,
+         fut: std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send>>| {
+            tasks.spawn(async move { (name, fut.await) });
+        };
 
     // Bind everything first: a port in use stops start-up before anything serves.
     let raw_port = if config.s2s.enabled {
@@ -80,7 +87,11 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         let port = s.local_addr().map(|a| a.port()).ok();
         info!(listen = %config.s2s.listen, "s2s RAW listener bound");
         let (h, t) = (hub.clone(), shutdown.clone());
-        spawn(&mut tasks, "s2s", Box::pin(async move { s.run(h, t).await.map_err(|e| e.to_string()) }));
+        spawn(
+            &mut tasks,
+            "s2s",
+            Box::pin(async move { s.run(h, t).await.map_err(|e| e.to_string()) }),
+        );
         port
     } else {
         None
@@ -91,7 +102,11 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
             .map_err(bind_err("wire", config.wire.listen))?;
         info!(listen = %config.wire.listen, "wire listener bound");
         let (h, t) = (hub.clone(), shutdown.clone());
-        spawn(&mut tasks, "wire", Box::pin(async move { s.run(h, t).await.map_err(|e| e.to_string()) }));
+        spawn(
+            &mut tasks,
+            "wire",
+            Box::pin(async move { s.run(h, t).await.map_err(|e| e.to_string()) }),
+        );
     }
     if config.sockperf.enabled {
         let s = SockperfServer::bind(config.sockperf.clone())
@@ -99,7 +114,11 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
             .map_err(bind_err("sockperf", config.sockperf.listen))?;
         info!(listen = %config.sockperf.listen, "sockperf echo listener bound");
         let (h, t) = (hub.clone(), shutdown.clone());
-        spawn(&mut tasks, "sockperf", Box::pin(async move { s.run(h, t).await.map_err(|e| e.to_string()) }));
+        spawn(
+            &mut tasks,
+            "sockperf",
+            Box::pin(async move { s.run(h, t).await.map_err(|e| e.to_string()) }),
+        );
     }
     if config.forward.enabled {
         let s = ForwardServer::bind(config.forward.clone())
@@ -107,13 +126,20 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
             .map_err(bind_err("forward", config.forward.listen))?;
         info!(listen = %config.forward.listen, "forward listener bound");
         let (h, t) = (hub.clone(), shutdown.clone());
-        spawn(&mut tasks, "forward", Box::pin(async move { s.run(h, t).await.map_err(|e| e.to_string()) }));
+        spawn(
+            &mut tasks,
+            "forward",
+            Box::pin(async move { s.run(h, t).await.map_err(|e| e.to_string()) }),
+        );
     }
     if config.http.enabled {
         let listener = tokio::net::TcpListener::bind(config.http.listen)
             .await
             .map_err(bind_err("http", config.http.listen))?;
-        let http_port = listener.local_addr().map(|a| a.port()).unwrap_or(config.http.listen.port());
+        let http_port = listener
+            .local_addr()
+            .map(|a| a.port())
+            .unwrap_or(config.http.listen.port());
         let app = crate::http::router(hub.clone()).merge(tidegate_s2s::http::router(
             config.s2s.clone(),
             hub.clone(),
@@ -158,7 +184,10 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     })
     .await;
     if drained.is_err() {
-        warn!(?grace, "in-flight work did not finish within the grace period; abandoning it");
+        warn!(
+            ?grace,
+            "in-flight work did not finish within the grace period; abandoning it"
+        );
         tasks.abort_all();
     }
     hub.close();

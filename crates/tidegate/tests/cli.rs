@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 const EXE: &str = env!("CARGO_BIN_EXE_tidegate");
 
 fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
 }
 
 fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<String> {
@@ -52,10 +55,17 @@ fn a_bad_config_names_file_and_key_and_exits_2() {
     let path = dir.path().join("bad.toml");
     std::fs::write(&path, "[forward]\nlisten = \"not an address\"\n").unwrap();
     for sub in ["config", "serve"] {
-        let out = Command::new(EXE).args([sub, "--config"]).arg(&path).output().unwrap();
+        let out = Command::new(EXE)
+            .args([sub, "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(2), "{sub}");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("bad.toml") && err.contains("forward.listen"), "{sub}: {err}");
+        assert!(
+            err.contains("bad.toml") && err.contains("forward.listen"),
+            "{sub}: {err}"
+        );
     }
     let out = Command::new(EXE)
         .args(["config", "--config", "/nonexistent/tidegate.toml"])
@@ -96,11 +106,20 @@ fn serve_answers_metrics_and_exits_0_on_sigterm() {
         assert!(Instant::now() < deadline, "serve did not answer on {http}");
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert!(body.starts_with("HTTP/1.0 200") || body.starts_with("HTTP/1.1 200"), "{body}");
+    assert!(
+        body.starts_with("HTTP/1.0 200") || body.starts_with("HTTP/1.1 200"),
+        "{body}"
+    );
     assert!(body.contains("tidegate_hub_published"), "{body}");
-    assert!(body.contains("tidegate_listener_connections_accepted"), "{body}");
+    assert!(
+        body.contains("tidegate_listener_connections_accepted"),
+        "{body}"
+    );
 
-    let st = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let st = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(st.success());
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
@@ -124,8 +143,15 @@ fn a_port_in_use_is_a_clear_error() {
         format!("[http]\nlisten = \"{addr}\"\n[wire]\nenabled = false\n[sockperf]\nenabled = false\n[forward]\nenabled = false\n[s2s]\nenabled = false\n"),
     )
     .unwrap();
-    let out = Command::new(EXE).args(["serve", "--config"]).arg(&path).output().unwrap();
+    let out = Command::new(EXE)
+        .args(["serve", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("[http]") && err.contains(&addr.to_string()), "{err}");
+    assert!(
+        err.contains("[http]") && err.contains(&addr.to_string()),
+        "{err}"
+    );
 }
