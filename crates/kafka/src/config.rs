@@ -265,6 +265,20 @@ mod tests {
     }
 
     #[test]
+    fn the_section_prints_and_reads_back_unchanged() {
+        let mut c = KafkaConfig::for_brokers("k:9092");
+        let text = toml::to_string(&c).unwrap();
+        assert_eq!(toml::from_str::<KafkaConfig>(&text).unwrap(), c);
+        c.topic = Some("t".into());
+        c.properties
+            .insert("client.id".into(), PropertyValue::Text("x".into()));
+        c.properties
+            .insert("retries".into(), PropertyValue::Integer(3));
+        let text = toml::to_string(&c).unwrap();
+        assert_eq!(toml::from_str::<KafkaConfig>(&text).unwrap(), c);
+    }
+
+    #[test]
     fn every_key_and_free_form_properties_reach_librdkafka() {
         let c: KafkaConfig = toml::from_str(
             r#"

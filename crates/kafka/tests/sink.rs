@@ -30,7 +30,7 @@ async fn read_back(
 fn sample(i: usize, topic: &str) -> Message {
     let mut m = Message::new(topic, format!("{{\"n\":{i},\"msg\":\"hello {i}\"}}"))
         .with_timestamp_ns(1_700_000_000_000_000_000 + i as u64 * 1_000_123);
-    if i % 3 != 0 {
+    if !i.is_multiple_of(3) {
         m = m.with_key(format!("key-{}", i % 7));
     }
     for a in 0..(i % 4) {

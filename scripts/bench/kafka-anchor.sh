@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# End-to-end Forward → Tidegate → Kafka against Kafka's own producer
+# benchmark, into the same throw-away local broker, in one command.
+#
+#   scripts/bench/kafka-anchor.sh
+#
+# 1. org.apache.kafka.tools.ProducerPerformance (kafka-tools 3.9.1): RECORDS
+#    records of 100 B, acks=all, enable.idempotence=true, as fast as it can —
+#    once with its default batching (batch.size=16384, linger.ms=0) and once
+#    with the batching Tidegate's sink uses (linger.ms=5, batch.size=1000000).
+# 2. `tidegate bench forward --rate 0 --ack` (PackedForward chunks of 1000
+#    ~100 B records, acks wait for the Kafka broker) against a spawned
+#    `tidegate serve` whose [[routes]] send logs.> to [sinks.kafka].
+# Prints records/s of each, the ratio, and the Forward ack latency p99.
+#
+# Env: RECORDS (3000000), DURATION (20 s), CONNECTIONS (2), BATCH (1000),
+# TIDEGATE_BIN (default: release build under $CARGO_TARGET_DIR or target/).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# shellcheck source=kafka-broker.sh
+source "$ROOT/scripts/bench/kafka-broker.sh"
+
+RECORDS="${RECORDS:-3000000}"
+DURATION="${DURATION:-20}"
+CONNECTIONS="${CONNECTIONS:-2}"
+BATCH="${BATCH:-1000}"
+BIN="${TIDEGATE_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/tidegate}"
+if [ ! -x "$BIN" ]; then
+    (cd "$ROOT" && cargo build --release -p tidegate)
+fi
+ulimit -n 65536 2>/dev/null || true
+
+trap kafka_stop EXIT
+kafka_start
+echo "date: $(date -u)"
+echo "broker: Kafka 3.9.1 KRaft single node at $KAFKA_BOOTSTRAP (-Xmx1g); host: $(nproc) cores"
+
+# pp TOPIC [PROP=VALUE...] → "records/s p99_ms"
+pp() {
+    local topic="$1"; shift
+    java -Dlog4j.configuration="file:$KAFKA_DIR/log4j.properties" -Dlog4j.rootLogger=WARN -cp "$KAFKA_CP" \
+        org.apache.kafka.tools.ProducerPerformance --topic "$topic" --num-records "$RECORDS" \
+        --record-size 100 --throughput -1 \
+        --producer-props bootstrap.servers="$KAFKA_BOOTSTRAP" acks=all enable.idempotence=true "$@" 2>/dev/null \
+        | grep "records sent" | tail -1 \
+        | sed -E 's/.* records sent, ([0-9.]+) records\/sec.* ([0-9]+) ms 99th.*/\1 \2/'
+}
+
+echo "running ProducerPerformance (default batching)…"
+read -r PP1_RATE PP1_P99 < <(pp anchor-pp-default)
+echo "running ProducerPerformance (linger.ms=5 batch.size=1000000)…"
+read -r PP2_RATE PP2_P99 < <(pp anchor-pp-matched linger.ms=5 batch.size=1000000)
+
+SERVER_TOML="$(printf '[sinks.kafka]\nbrokers = "%s"\n[[routes]]\ntopics = "logs.>"\nsink = "kafka"\n' "$KAFKA_BOOTSTRAP")"
+echo "running tidegate bench forward → Kafka…"
+TG_JSON="$("$BIN" bench forward --json --rate 0 --ack --record-bytes 100 --batch "$BATCH" \
+    --connections "$CONNECTIONS" --duration "$DURATION" --warmup 2 --tag kafka.anchor \
+    --server-toml "$SERVER_TOML")"
+
+python3 - "$PP1_RATE" "$PP1_P99" "$PP2_RATE" "$PP2_P99" "$TG_JSON" "$RECORDS" "$CONNECTIONS" "$BATCH" <<'PY'
+import json, sys
+pp1, pp1p99, pp2, pp2p99 = float(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4]
+tg = json.loads(sys.argv[5])
+records, conns, batch = sys.argv[6], sys.argv[7], sys.argv[8]
+rate = tg["rate"]
+lat = tg["latency_us"]
+srv = tg["server"]
+cli = tg["client"]
+best = max(pp1, pp2)
+print()
+print(f"| producer (100 B records, acks=all, idempotent) | records/s | ratio to best ProducerPerformance | latency p99 |")
+print(f"|---|---|---|---|")
+print(f"| ProducerPerformance, default batching ({records} records) | {pp1:,.0f} | {pp1/best:.2f} | {pp1p99} ms (send→broker ack) |")
+print(f"| ProducerPerformance, linger.ms=5 batch.size=1000000 ({records} records) | {pp2:,.0f} | {pp2/best:.2f} | {pp2p99} ms (send→broker ack) |")
+print(f"| tidegate bench forward → tidegate serve → Kafka ({conns} conn, chunks of {batch}, ack) | {rate:,.0f} | {rate/best:.2f} | {lat['p99']/1000:.1f} ms (Forward chunk→ack) |")
+print()
+print(f"Forward ack latency (ms): p50 {lat['p50']/1000:.1f}, p90 {lat['p90']/1000:.1f}, p99 {lat['p99']/1000:.1f}, p99.9 {lat['p999']/1000:.1f}, max {lat['max']/1000:.1f}")
+print(f"tidegate serve: CPU {srv['cpu_pct_avg']:.1f}% avg, RSS {srv['rss_kb_max']} kB max; bench client: CPU {cli['cpu_pct_avg']:.1f}%, RSS {cli['rss_kb_max']} kB")
+print(f"errors: {tg['errors']}")
+PY

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Sourced by the kafka-*.sh benchmarks: starts a throw-away single-node
+# Kafka 3.9.1 broker (KRaft, the properties of shared/protocols/forward.md)
+# on free loopback ports, and stops it on exit.
+#   kafka_start      sets KAFKA_BOOTSTRAP, KAFKA_PID, KAFKA_DIR, KAFKA_CP
+#   kafka_stop       kills it and removes its data
+# Needs scripts/setup/kafka.sh to have run (it is run here if needed).
+
+KAFKA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+KAFKA_CACHE="${TIDEGATE_TEST_CACHE:-$HOME/.cache/tidegate}"
+
+kafka_free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+kafka_start() {
+    bash "$KAFKA_ROOT/scripts/setup/kafka.sh" >/dev/null
+    KAFKA_CP="$(cat "$KAFKA_CACHE/broker.classpath")"
+    KAFKA_DIR="$(mktemp -d /tmp/tidegate-bench-kafka.XXXXXX)"
+    local port ctl
+    port="$(kafka_free_port)"
+    ctl="$(kafka_free_port)"
+    while [ "$ctl" = "$port" ]; do ctl="$(kafka_free_port)"; done
+    cat > "$KAFKA_DIR/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$ctl
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$ctl
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$KAFKA_DIR/data
+num.partitions=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+group.initial.rebalance.delay.ms=0
+PROPS
+    cat > "$KAFKA_DIR/log4j.properties" <<'L4J'
+log4j.rootLogger=INFO, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka.log=WARN
+log4j.logger.org.apache.kafka.storage=WARN
+L4J
+    java -Dlog4j.configuration="file:$KAFKA_DIR/log4j.properties" -cp "$KAFKA_CP" \
+        kafka.tools.StorageTool format -t VGlkZWdhdGVCZW5jaENsdXM -c "$KAFKA_DIR/server.properties" >/dev/null
+    java -Xms1g -Xmx1g -Dlog4j.configuration="file:$KAFKA_DIR/log4j.properties" -cp "$KAFKA_CP" \
+        kafka.Kafka "$KAFKA_DIR/server.properties" > "$KAFKA_DIR/broker.log" 2>&1 &
+    KAFKA_PID=$!
+    KAFKA_BOOTSTRAP="127.0.0.1:$port"
+    local i
+    for i in $(seq 1 600); do
+        if grep -q "Kafka Server started" "$KAFKA_DIR/broker.log"; then
+            return 0
+        fi
+        if ! kill -0 "$KAFKA_PID" 2>/dev/null; then
+            tail -30 "$KAFKA_DIR/broker.log" >&2
+            echo "kafka broker exited" >&2
+            return 1
+        fi
+        sleep 0.1
+    done
+    echo "kafka broker did not start in 60 s" >&2
+    return 1
+}
+
+kafka_stop() {
+    if [ -n "${KAFKA_PID:-}" ]; then
+        kill "$KAFKA_PID" 2>/dev/null || true
+        wait "$KAFKA_PID" 2>/dev/null || true
+        KAFKA_PID=""
+    fi
+    if [ -n "${KAFKA_DIR:-}" ]; then
+        rm -rf "$KAFKA_DIR"
+        KAFKA_DIR=""
+    fi
+}
