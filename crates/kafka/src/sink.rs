@@ -94,18 +94,19 @@ impl KafkaSink {
     }
 
     async fn produce(&self, msg: SharedMessage, ack: AckToken) {
-        match self.room.try_acquire() {
-            Ok(p) => p.forget(),
+        // The permit is held (not yet forgotten) until librdkafka took the
+        // record: a send cancelled while waiting gives its room back.
+        let permit = match self.room.try_acquire() {
+            Ok(p) => p,
             Err(_) => {
                 self.metrics.queue_full_waits.inc();
                 match self.room.acquire().await {
-                    Ok(p) => p.forget(),
+                    Ok(p) => p,
                     // The semaphore is never closed; fail rather than panic.
                     Err(_) => return fail(ack, &self.metrics, "producer closed".into()),
                 }
             }
-        }
-        self.metrics.in_flight.inc();
+        };
         let topic = self.topics.map(&msg.topic);
         let mut record =
             BaseRecord::<[u8], [u8], Box<AckToken>>::with_opaque_to(&topic, Box::new(ack))
@@ -128,21 +129,25 @@ impl KafkaSink {
             record = record.headers(headers);
         }
         loop {
+            // Counted before the hand-over: the delivery report may run on
+            // the polling thread before `send` returns.
+            self.metrics.in_flight.inc();
             match self.producer.send(record) {
                 Ok(()) => {
+                    // From here the delivery report returns the room.
+                    permit.forget();
                     self.metrics.produced.inc();
                     return;
                 }
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    record = back;
-                    tokio::time::sleep(QUEUE_FULL_RETRY).await;
-                }
                 Err((e, back)) => {
-                    // Never handed over: settle it here as the callback would.
-                    self.producer
-                        .context()
-                        .settle(*back.delivery_opaque, Err(e.to_string()));
-                    return;
+                    self.metrics.in_flight.dec();
+                    if let KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull) = e {
+                        record = back;
+                        tokio::time::sleep(QUEUE_FULL_RETRY).await;
+                        continue;
+                    }
+                    // Never handed over: the permit returns the room on drop.
+                    return fail(*back.delivery_opaque, &self.metrics, e.to_string());
                 }
             }
         }
