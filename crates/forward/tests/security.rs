@@ -126,27 +126,12 @@ struct Pki {
     tls: TlsConfig,
 }
 
-/// A CA and a `localhost` certificate it signed, written to a temp dir.
+/// A CA and a `localhost` certificate it signed (rcgen), in a temp dir.
 fn pki() -> Pki {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(vec![]).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["localhost".into()])
-        .unwrap()
-        .signed_by(&key, &ca, &ca_key)
-        .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let tls = TlsConfig {
-        cert: dir.path().join("cert.pem"),
-        key: dir.path().join("key.pem"),
-    };
-    std::fs::write(&tls.cert, cert.pem()).unwrap();
-    std::fs::write(&tls.key, key.serialize_pem()).unwrap();
+    let (tls, ca_pem) = tidegate_forward::tls::generate_test_pki(dir.path()).unwrap();
     Pki {
-        ca_pem: ca.pem(),
+        ca_pem,
         _dir: dir,
         tls,
     }

@@ -18,7 +18,7 @@ use bytes::Bytes;
 
 use super::gzip::gunzip_capped;
 use super::reader::MsgReader;
-use super::scan::complete_value_len;
+use super::scan::{Scan, ValueScanner};
 use super::time::read_time_ns;
 use super::{DecodeError, Limits};
 
@@ -188,13 +188,19 @@ fn decode_packed(
         max_decompressed_bytes: usize::MAX,
         max_depth,
     };
+    let mut scanner = ValueScanner::new();
     let mut invalid = 0;
     let mut pos = 0;
     while pos < stream.len() {
-        let n = complete_value_len(&stream[pos..], &inner)?;
-        let entry = stream.slice(pos..pos + n);
-        let mut r = MsgReader::new(&entry);
-        if !decode_entry(&mut r, &entry, out)? {
+        let n = match scanner.scan(&stream[pos..], &inner)? {
+            Scan::Complete(n) => n,
+            Scan::Incomplete { .. } => {
+                return Err(DecodeError::Truncated("packed entry cut short"))
+            }
+        };
+        let mut r = MsgReader::new(&stream[..pos + n]);
+        r.seek(pos);
+        if !decode_entry(&mut r, stream, out)? {
             invalid += 1;
         }
         pos += n;

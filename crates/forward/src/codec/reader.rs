@@ -37,6 +37,11 @@ impl<'a> MsgReader<'a> {
         MsgReader { buf, pos: 0 }
     }
 
+    /// Moves the cursor to `pos` (clamped to the end).
+    pub fn seek(&mut self, pos: usize) {
+        self.pos = pos.min(self.buf.len());
+    }
+
     /// The whole input.
     pub fn bytes(&self) -> &'a [u8] {
         self.buf

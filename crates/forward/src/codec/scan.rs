@@ -176,15 +176,6 @@ impl ValueScanner {
     }
 }
 
-/// Length of the complete value at the start of `buf`, or an error if it is
-/// truncated or breaks a limit (for values inside an already received frame).
-pub fn complete_value_len(buf: &[u8], limits: &Limits) -> Result<usize, DecodeError> {
-    match ValueScanner::new().scan(buf, limits)? {
-        Scan::Complete(n) => Ok(n),
-        Scan::Incomplete { .. } => Err(DecodeError::Truncated("value ends early")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
