@@ -169,6 +169,9 @@ impl TestBroker {
         self.dir.path().join(format!("broker-{}.log", self.starts))
     }
 
+    /// The verified properties of shared/protocols/forward.md, plus a short
+    /// broker session so a broker restarted after SIGKILL re-registers in
+    /// ~2 s instead of waiting out the default 9 s session of its old self.
     fn write_config(&self, controller_port: u16) -> Result<(), TestBrokerError> {
         let d = self.dir.path();
         let props = format!(
@@ -185,7 +188,9 @@ impl TestBroker {
              offsets.topic.replication.factor=1\n\
              transaction.state.log.replication.factor=1\n\
              transaction.state.log.min.isr=1\n\
-             group.initial.rebalance.delay.ms=0\n",
+             group.initial.rebalance.delay.ms=0\n\
+             broker.heartbeat.interval.ms=500\n\
+             broker.session.timeout.ms=2000\n",
             port = self.port,
             logs = d.join("data").display(),
         );
