@@ -262,67 +262,61 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RawClient<S> {
 
     /// A whole receive transaction; empty when the port has nothing.
     pub async fn receive_transaction(&mut self) -> Result<Vec<DataPacket>, ClientError> {
+        let (packets, crc) = self.receive_packets().await?;
+        if !packets.is_empty() {
+            self.confirm_receive(&crc).await?;
+        }
+        Ok(packets)
+    }
+
+    /// `RECEIVE_FLOWFILES` up to the server's FINISH: the packets and our
+    /// checksum of them (empty when the port has nothing).
+    pub async fn receive_packets(&mut self) -> Result<(Vec<DataPacket>, String), ClientError> {
         let t = self.opts.timeout;
         let limits = PacketLimits::default();
         encode_request(RequestType::ReceiveFlowfiles, &mut self.io.wbuf);
         self.io.flush().await?;
         let r = self.io.read(decode_response, t, "MORE_DATA").await?;
         match r.code {
-            ResponseCode::NoMoreData => return Ok(Vec::new()),
+            ResponseCode::NoMoreData => return Ok((Vec::new(), String::new())),
             ResponseCode::MoreData => {}
-            other => {
-                return Err(ClientError::Protocol(format!(
-                    "expected MORE_DATA, got {other:?}"
-                )))
-            }
+            other => return Err(ClientError::Protocol(format!("expected MORE_DATA, got {other:?}"))),
         }
         let mut crc = crc32fast::Hasher::new();
         let mut out = Vec::new();
         loop {
-            let (p, _) = self
-                .io
-                .read_packet(self.opts.gzip, &limits, &mut crc, t)
-                .await?;
+            let (p, _) = self.io.read_packet(self.opts.gzip, &limits, &mut crc, t).await?;
             out.push(p);
-            let r = self
-                .io
-                .read(decode_response, t, "CONTINUE or FINISH")
-                .await?;
+            let r = self.io.read(decode_response, t, "CONTINUE or FINISH").await?;
             match r.code {
                 ResponseCode::ContinueTransaction => continue,
                 ResponseCode::FinishTransaction => break,
-                other => {
-                    return Err(ClientError::Protocol(format!(
-                        "expected CONTINUE/FINISH, got {other:?}"
-                    )))
-                }
+                other => return Err(ClientError::Protocol(format!("expected CONTINUE/FINISH, got {other:?}"))),
             }
         }
-        let ours = crc.finalize().to_string();
-        encode_response(
-            ResponseCode::ConfirmTransaction,
-            Some(&ours),
-            &mut self.io.wbuf,
-        );
+        Ok((out, crc.finalize().to_string()))
+    }
+
+    /// Sends `CONFIRM` with `crc`, reads the server's answer, and on its
+    /// `CONFIRM` sends `TRANSACTION_FINISHED`.
+    pub async fn confirm_receive(&mut self, crc: &str) -> Result<(), ClientError> {
+        let t = self.opts.timeout;
+        encode_response(ResponseCode::ConfirmTransaction, Some(crc), &mut self.io.wbuf);
         self.io.flush().await?;
         let r = self.io.read(decode_response, t, "CONFIRM").await?;
         match r.code {
             ResponseCode::ConfirmTransaction => {}
             ResponseCode::BadChecksum => {
                 return Err(ClientError::BadChecksum {
-                    ours,
+                    ours: crc.to_owned(),
                     theirs: "(server reported BAD_CHECKSUM)".into(),
                 })
             }
-            other => {
-                return Err(ClientError::Protocol(format!(
-                    "expected CONFIRM, got {other:?}"
-                )))
-            }
+            other => return Err(ClientError::Protocol(format!("expected CONFIRM, got {other:?}"))),
         }
         encode_response(ResponseCode::TransactionFinished, None, &mut self.io.wbuf);
         self.io.flush().await?;
-        Ok(out)
+        Ok(())
     }
 
     /// Sends `SHUTDOWN` and closes.
