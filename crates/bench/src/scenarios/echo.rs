@@ -1,10 +1,60 @@
-//! `tidegate bench echo` (skeleton: filled in by the echo scenario's author).
+//! `tidegate bench echo`: seed 002 (AsyncTCP's `SourcingConnectionApplication`)
+//! over the wire protocol's ECHO frame.
+//!
+//! One connection; a sender thread writes ECHO frames at a fixed rate, open
+//! model: frame `n` carries its *scheduled* send time `start + n / rate`, and
+//! every wake-up writes all frames due by then in one write. Every
+//! `--respond-every`-th frame asks for a reply; a receiver thread records the
+//! round trip of each reply (receive time − scheduled send time) in an
+//! HdrHistogram once the first `--warmup` replies have been skipped. The
+//! report is the seed's table ("~one way" = RTT / 2, and round trip) plus the
+//! common JSON object.
 
-use crate::CommonArgs;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-/// Parameters of the echo scenario.
+use anyhow::Context;
+use bytes::BytesMut;
+use tidegate_wire::codec::{decode_frame, encode_echo};
+use tidegate_wire::{Echo, Frame};
+
+use crate::latency::LatencyRecorder;
+use crate::report::one_way_round_trip_table;
+use crate::{CommonArgs, Progress, Report, Sampler, Schedule, Target};
+
+/// How long the receiver waits for missing replies after the last send.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most bytes one sender write carries (a sender that fell behind catches up
+/// in writes of this size).
+const MAX_WRITE: usize = 256 * 1024;
+/// Largest frame the receiver accepts.
+const MAX_REPLY_FRAME: usize = 1 << 20;
+
+/// Parameters of the echo scenario (seed 002's names).
 #[derive(Debug, Clone, clap::Args)]
 pub struct EchoArgs {
+    /// Messages per second (sendingRatePerSecond).
+    #[arg(long, default_value_t = 600_000)]
+    pub rate: u64,
+    /// Messages to send in all (messagesSent).
+    #[arg(long, default_value_t = 12_000_000)]
+    pub messages: u64,
+    /// Replies skipped before measuring (skippedWarmUpResponses).
+    #[arg(long, default_value_t = 60_000)]
+    pub warmup: u64,
+    /// Ask for a reply to every n-th message (respondOnlyToNthRequest).
+    #[arg(long, default_value_t = 100)]
+    pub respond_every: u64,
+    /// Padding bytes per message, not echoed (extraDataLength).
+    #[arg(long, default_value_t = 64)]
+    pub extra_bytes: usize,
+    /// Sender wake-up period in microseconds: each wake-up writes every
+    /// message due by then in one write.
+    #[arg(long, default_value_t = 20)]
+    pub tick_us: u64,
     /// Target and output options.
     #[command(flatten)]
     pub common: CommonArgs,
@@ -12,6 +62,245 @@ pub struct EchoArgs {
 
 /// Runs the scenario and prints its report.
 pub async fn run(args: &EchoArgs) -> anyhow::Result<()> {
-    let _ = args;
-    anyhow::bail!("the echo scenario is not built yet")
+    anyhow::ensure!(args.rate > 0, "--rate must be positive");
+    anyhow::ensure!(args.respond_every > 0, "--respond-every must be positive");
+    let target = tokio::task::spawn_blocking({
+        let common = args.common.clone();
+        move || Target::resolve(&common, "")
+    })
+    .await??;
+    let addr = target.addr(|a| a.wire);
+    let params = args.clone();
+    let client_sampler = Sampler::start(std::process::id(), Duration::from_secs(1));
+    let outcome = tokio::task::spawn_blocking(move || drive(addr, &params)).await?;
+    let client = client_sampler.finish();
+    let server = tokio::task::spawn_blocking(move || target.finish()).await?;
+    let outcome = outcome?;
+
+    let mut report = Report::new(
+        "echo",
+        serde_json::json!({
+            "rate": args.rate,
+            "messages": args.messages,
+            "warmup": args.warmup,
+            "respond_every": args.respond_every,
+            "extra_bytes": args.extra_bytes,
+            "tick_us": args.tick_us,
+            "target": addr.to_string(),
+        }),
+    );
+    report.sent = outcome.sent;
+    report.received = outcome.replies;
+    report.error(
+        "missing_replies",
+        outcome.expected_replies.saturating_sub(outcome.replies),
+    );
+    report.error("server_error", outcome.server_errors);
+    report.duration_s = outcome.send_duration.as_secs_f64();
+    report.rate = outcome.sent as f64 / outcome.send_duration.as_secs_f64().max(1e-9);
+    report.latency_us = outcome.rtt.summary_us();
+    report.server = server;
+    report.client = client;
+    report.extra = serde_json::json!({
+        "measurements": outcome.rtt.count(),
+        "expected_replies": outcome.expected_replies,
+        "measured_span_ms": outcome.measured_span.as_secs_f64() * 1000.0,
+        "max_send_lag_us": outcome.max_send_lag.as_secs_f64() * 1e6,
+        "one_way_us": report.latency_us.halved(),
+    });
+
+    let human = format!(
+        "Scenario: target {addr}, sendingRatePerSecond {}, skippedWarmUpResponses {}, messagesSent {}, {} expected responses with a response rate 1 for {}, extra data {} bytes\n\n\
+         Based on {} measurements.\n\
+         It took {} ms between the first measured message sent and the last received\n\
+         Sender: achieved {:.0} msg/s ({:.1}% of the asked rate), worst lag behind schedule {:.0} µs\n\n{}",
+        args.rate,
+        args.warmup,
+        args.messages,
+        outcome.expected_replies,
+        args.respond_every,
+        args.extra_bytes,
+        outcome.rtt.count(),
+        outcome.measured_span.as_millis(),
+        report.rate,
+        100.0 * report.rate / args.rate as f64,
+        outcome.max_send_lag.as_secs_f64() * 1e6,
+        one_way_round_trip_table(&report.latency_us),
+    );
+    report.emit(args.common.json, &human);
+    Ok(())
+}
+
+/// What one run measured.
+struct Outcome {
+    sent: u64,
+    expected_replies: u64,
+    replies: u64,
+    server_errors: u64,
+    /// From the start to the last write.
+    send_duration: Duration,
+    /// From the scheduled send of the first measured message to the last reply.
+    measured_span: Duration,
+    max_send_lag: Duration,
+    rtt: LatencyRecorder,
+}
+
+/// Connects and runs the sender and receiver threads to completion.
+fn drive(addr: SocketAddr, args: &EchoArgs) -> anyhow::Result<Outcome> {
+    let stream = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
+    stream.set_nodelay(true)?;
+    let reader = stream.try_clone()?;
+    let progress = Progress::start("echo");
+    let sender_done = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let expected_replies = args.messages.div_ceil(args.respond_every);
+
+    let receiver = std::thread::Builder::new()
+        .name("echo-receiver".into())
+        .spawn({
+            let (progress, done) = (progress.clone(), sender_done.clone());
+            let warmup = args.warmup;
+            move || receive(reader, start, warmup, expected_replies, &progress, &done)
+        })?;
+    let sent = send(stream, start, args, &progress);
+    sender_done.store(true, Ordering::Release);
+    let received = receiver
+        .join()
+        .map_err(|_| anyhow::anyhow!("receiver thread panicked"))?;
+    progress.finish();
+    let (sent, send_duration, max_send_lag) = sent?;
+    let r = received?;
+    Ok(Outcome {
+        sent,
+        expected_replies,
+        replies: r.replies,
+        server_errors: r.server_errors,
+        send_duration,
+        measured_span: r.measured_span,
+        max_send_lag,
+        rtt: r.rtt,
+    })
+}
+
+/// Writes every message when due; returns (sent, duration, worst lag).
+fn send(
+    mut s: TcpStream,
+    start: Instant,
+    args: &EchoArgs,
+    progress: &Progress,
+) -> anyhow::Result<(u64, Duration, Duration)> {
+    let schedule = Schedule::new(start, args.rate as f64);
+    let interval_ns = 1e9 / args.rate as f64;
+    let extra = vec![0u8; args.extra_bytes];
+    let tick = Duration::from_micros(args.tick_us);
+    let mut buf = BytesMut::with_capacity(MAX_WRITE + 1024);
+    let mut n = 0u64;
+    let mut max_lag = Duration::ZERO;
+    while n < args.messages {
+        let now = Instant::now();
+        let due = schedule.due_by(now).min(args.messages);
+        if n < due {
+            max_lag = max_lag.max(now.saturating_duration_since(schedule.due(n)));
+        }
+        while n < due {
+            while n < due && buf.len() < MAX_WRITE {
+                let options = if n % args.respond_every == 0 {
+                    Echo::RESPOND
+                } else {
+                    0
+                };
+                let send_time_ns = (n as f64 * interval_ns) as i64;
+                encode_echo(options, send_time_ns, n as i64, &extra, &mut buf)?;
+                n += 1;
+            }
+            s.write_all(&buf).context("sending echo frames")?;
+            buf.clear();
+        }
+        progress.sent.store(n, Ordering::Relaxed);
+        if n < args.messages {
+            std::thread::sleep(tick);
+        }
+    }
+    Ok((n, start.elapsed(), max_lag))
+}
+
+/// What the receiver saw.
+struct Received {
+    replies: u64,
+    server_errors: u64,
+    measured_span: Duration,
+    rtt: LatencyRecorder,
+}
+
+/// Reads replies until all are in, or `DRAIN_TIMEOUT` after the sender
+/// finished.
+fn receive(
+    mut s: TcpStream,
+    start: Instant,
+    warmup: u64,
+    expected: u64,
+    progress: &Progress,
+    sender_done: &AtomicBool,
+) -> anyhow::Result<Received> {
+    s.set_read_timeout(Some(Duration::from_millis(100)))?;
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut rtt = LatencyRecorder::default();
+    let (mut replies, mut server_errors) = (0u64, 0u64);
+    let mut first_measured: Option<i64> = None;
+    let mut last_receive = Duration::ZERO;
+    let mut done_at: Option<Instant> = None;
+    while replies < expected {
+        let n = match s.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) =>
+            {
+                if sender_done.load(Ordering::Acquire) {
+                    let t = *done_at.get_or_insert_with(Instant::now);
+                    if t.elapsed() > DRAIN_TIMEOUT {
+                        break;
+                    }
+                }
+                continue;
+            }
+            Err(e) => return Err(e).context("reading echo replies"),
+        };
+        let now = start.elapsed();
+        buf.extend_from_slice(&chunk[..n]);
+        while let Some(frame) =
+            decode_frame(&mut buf, MAX_REPLY_FRAME).context("decoding a reply")?
+        {
+            match frame {
+                Frame::Echo(e) => {
+                    replies += 1;
+                    if replies > warmup {
+                        let rtt_ns = now.as_nanos() as i64 - e.send_time_ns;
+                        rtt.record_ns(rtt_ns.max(1) as u64);
+                        first_measured.get_or_insert(e.send_time_ns);
+                        last_receive = now;
+                    }
+                }
+                Frame::Error(e) => {
+                    server_errors += 1;
+                    tracing::warn!("server error {:?}: {}", e.code, e.message);
+                }
+                _ => {}
+            }
+        }
+        progress.received.store(replies, Ordering::Relaxed);
+    }
+    let measured_span = first_measured
+        .map(|t| last_receive.saturating_sub(Duration::from_nanos(t.max(0) as u64)))
+        .unwrap_or_default();
+    Ok(Received {
+        replies,
+        server_errors,
+        measured_span,
+        rtt,
+    })
 }

@@ -1,0 +1,28 @@
+//! Runs only the `[sockperf]` echo listener, for quick latency experiments
+//! without building the whole `tidegate` binary:
+//! `cargo run --release -p tidegate-wire --example sockperf_echo -- 127.0.0.1:11111 [busy]`.
+
+use tidegate_hub::Hub;
+use tidegate_wire::{SockperfConfig, SockperfServer};
+use tokio_util::sync::CancellationToken;
+
+#[tokio::main]
+async fn main() -> std::io::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let listen = args.next().unwrap_or_else(|| "127.0.0.1:11111".into());
+    let busy_poll = args.next().as_deref() == Some("busy");
+    let config = SockperfConfig {
+        listen: listen.parse().expect("host:port"),
+        busy_poll,
+        ..Default::default()
+    };
+    let server = SockperfServer::bind(config).await?;
+    eprintln!("sockperf echo on {} (busy_poll = {busy_poll})", server.local_addr()?);
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        s.cancel();
+    });
+    server.run(Hub::default(), stop).await
+}
