@@ -42,7 +42,7 @@ classpath() {
     local name="$1" out="$CACHE/$1.classpath"
     if [ -s "$out" ] && [ "$out" -nt "$JAVA_DIR/$name/pom.xml" ]; then
         local ok=1 jar
-        IFS=: read -r -a jars < "$out"
+        IFS=: read -r -a jars < "$out" || true
         for jar in "${jars[@]}"; do [ -e "$jar" ] || { ok=0; break; }; done
         [ "$ok" = 1 ] && return 0
     fi
