@@ -147,3 +147,34 @@ async fn a_udp_heartbeat_is_answered() {
         .unwrap();
     assert_eq!(&b[..n], b"\0");
 }
+
+#[tokio::test]
+async fn shutdown_stops_accepting_and_ends_the_server_within_its_grace() {
+    let hub = Hub::default();
+    let mut srv = start(
+        hub,
+        ForwardConfig {
+            shutdown_drain_ms: 200,
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut c = ForwardClient::connect(srv.addr, ClientOptions::default())
+        .await
+        .unwrap();
+    c.send_message("t", EventTime::new(1, 0), &record(1), Some("before"))
+        .await
+        .unwrap();
+    c.wait_ack("before", ACK_WAIT).await.unwrap();
+    srv.shutdown.cancel();
+    let addr = srv.addr;
+    tokio::time::timeout(Duration::from_secs(5), &mut srv.task)
+        .await
+        .expect("server ends within its grace period")
+        .unwrap()
+        .unwrap();
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "still accepting after shutdown"
+    );
+}

@@ -329,9 +329,10 @@ async fn drive(
     }
     sleep_until(measure_from).await;
     let published_before = scrape_published(metrics_addr).await;
+    let scraped_from = Instant::now();
     sleep_until(stop_at).await;
     let published_after = scrape_published(metrics_addr).await;
-    let measured = stop_at.duration_since(measure_from).as_secs_f64();
+    let scraped_to = Instant::now();
     let mut latency = LatencyRecorder::default();
     for t in tasks {
         match t.await {
@@ -344,9 +345,17 @@ async fn drive(
         }
     }
     progress.finish();
-    let accepted = match (published_before, published_after) {
-        (Some(a), Some(b)) => b.saturating_sub(a),
-        _ => totals.acked_in_window.load(Ordering::Relaxed),
+    // Server-side count between the two scrapes (timed by the scrapes
+    // themselves), else records acked inside the measured window.
+    let (accepted, measured) = match (published_before, published_after) {
+        (Some(a), Some(b)) => (
+            b.saturating_sub(a),
+            scraped_to.duration_since(scraped_from).as_secs_f64(),
+        ),
+        _ => (
+            totals.acked_in_window.load(Ordering::Relaxed),
+            stop_at.duration_since(measure_from).as_secs_f64(),
+        ),
     };
     let row = RunResult {
         rate,
