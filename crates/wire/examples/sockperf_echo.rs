@@ -17,7 +17,10 @@ async fn main() -> std::io::Result<()> {
         ..Default::default()
     };
     let server = SockperfServer::bind(config).await?;
-    eprintln!("sockperf echo on {} (busy_poll = {busy_poll})", server.local_addr()?);
+    eprintln!(
+        "sockperf echo on {} (busy_poll = {busy_poll})",
+        server.local_addr()?
+    );
     let stop = CancellationToken::new();
     let s = stop.clone();
     tokio::spawn(async move {

@@ -128,14 +128,26 @@ impl WireClient {
         codec::encode_token(FrameType::Ping, token, &mut self.wbuf);
         let t0 = Instant::now();
         self.flush().await?;
-        self.wait_for(|f| matches!(f, Frame::Pong(t) if *t == token)).await?;
+        self.wait_for(|f| matches!(f, Frame::Pong(t) if *t == token))
+            .await?;
         Ok(t0.elapsed())
     }
 
     /// Sends an ECHO that asks for a reply and waits for the reply with the
     /// same correlation id.
-    pub async fn echo(&mut self, correlation_id: i64, send_time_ns: i64, extra: &[u8]) -> Result<Echo, ClientError> {
-        codec::encode_echo(Echo::RESPOND, send_time_ns, correlation_id, extra, &mut self.wbuf)?;
+    pub async fn echo(
+        &mut self,
+        correlation_id: i64,
+        send_time_ns: i64,
+        extra: &[u8],
+    ) -> Result<Echo, ClientError> {
+        codec::encode_echo(
+            Echo::RESPOND,
+            send_time_ns,
+            correlation_id,
+            extra,
+            &mut self.wbuf,
+        )?;
         self.flush().await?;
         match self
             .wait_for(|f| matches!(f, Frame::Echo(e) if e.correlation_id == correlation_id))

@@ -159,7 +159,10 @@ pub fn decode_frame(buf: &mut BytesMut, max_frame: usize) -> Result<Option<Frame
 /// Reads a frame header without consuming anything: `Ok(None)` until the
 /// length and type bytes are in, then the type and the length prefix (type
 /// byte plus body). Checks the length against `max_frame` and the type tag.
-pub fn peek_header(buf: &[u8], max_frame: usize) -> Result<Option<(FrameType, usize)>, DecodeError> {
+pub fn peek_header(
+    buf: &[u8],
+    max_frame: usize,
+) -> Result<Option<(FrameType, usize)>, DecodeError> {
     if buf.len() < LENGTH_PREFIX {
         return Ok(None);
     }
@@ -477,9 +480,15 @@ mod tests {
     fn oversize_and_unknown_are_reported_before_the_body_arrives() {
         assert_eq!(
             one(&[1, 4, 0, 0]),
-            Err(DecodeError::TooLarge { length: 1025, max: 1024 })
+            Err(DecodeError::TooLarge {
+                length: 1025,
+                max: 1024
+            })
         );
-        assert_eq!(one(&[200, 0, 0, 0, 0x7f]), Err(DecodeError::UnknownType(0x7f)));
+        assert_eq!(
+            one(&[200, 0, 0, 0, 0x7f]),
+            Err(DecodeError::UnknownType(0x7f))
+        );
         assert_eq!(one(&[0, 0, 0, 0]), Err(DecodeError::EmptyFrame));
     }
 
@@ -488,7 +497,12 @@ mod tests {
         let e = one(&[5, 0, 0, 0, 5, 1, 0, 0, 0]).unwrap_err();
         assert_eq!(
             e,
-            DecodeError::Truncated { frame: "ECHO", field: "send_time_ns", needed: 8, available: 0 }
+            DecodeError::Truncated {
+                frame: "ECHO",
+                field: "send_time_ns",
+                needed: 8,
+                available: 0
+            }
         );
         assert_eq!(e.code(), ErrorCode::TruncatedFrame);
         assert!(e.to_string().contains("send_time_ns"), "{e}");
@@ -497,7 +511,13 @@ mod tests {
     #[test]
     fn a_ping_with_trailing_bytes_is_malformed() {
         let e = one(&[10, 0, 0, 0, 6, 1, 0, 0, 0, 0, 0, 0, 0, 9]).unwrap_err();
-        assert_eq!(e, DecodeError::TrailingBytes { frame: "PING", extra: 1 });
+        assert_eq!(
+            e,
+            DecodeError::TrailingBytes {
+                frame: "PING",
+                extra: 1
+            }
+        );
         assert_eq!(e.code(), ErrorCode::MalformedFrame);
     }
 

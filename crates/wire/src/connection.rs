@@ -185,7 +185,8 @@ impl Reader<'_> {
                 if e.wants_reply() {
                     self.reply(|b| {
                         // The extra bytes are empty: encoding cannot fail.
-                        let _ = codec::encode_echo(e.options, e.send_time_ns, e.correlation_id, &[], b);
+                        let _ =
+                            codec::encode_echo(e.options, e.send_time_ns, e.correlation_id, &[], b);
                     })?;
                 }
                 Ok(())
@@ -231,8 +232,13 @@ impl Reader<'_> {
         }
         let max = self.ctx.config.max_subscriptions;
         if self.patterns.len() >= max {
-            let text = format!("subscription to {pattern:?} refused: the limit is {max} per connection");
-            return self.request_error(ErrorCode::TooManySubscriptions, "too_many_subscriptions", &text);
+            let text =
+                format!("subscription to {pattern:?} refused: the limit is {max} per connection");
+            return self.request_error(
+                ErrorCode::TooManySubscriptions,
+                "too_many_subscriptions",
+                &text,
+            );
         }
         self.patterns.insert(pattern.clone());
         self.out

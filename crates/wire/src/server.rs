@@ -73,7 +73,10 @@ impl WireServer {
         })
         .await;
         if drained.is_err() {
-            tracing::warn!("wire: {} connections did not close within {drain:?}; aborting them", connections.len());
+            tracing::warn!(
+                "wire: {} connections did not close within {drain:?}; aborting them",
+                connections.len()
+            );
             connections.shutdown().await;
         }
         Ok(())

@@ -115,7 +115,10 @@ impl SockperfServer {
         })
         .await;
         if waited.is_err() {
-            tracing::warn!("sockperf: {} connection threads still running at shutdown", open.len());
+            tracing::warn!(
+                "sockperf: {} connection threads still running at shutdown",
+                open.len()
+            );
         }
         Ok(())
     }
@@ -166,7 +169,11 @@ impl EchoEnd {
 }
 
 /// Echoes on one connection until end of stream, an error or `stop`.
-fn echo_connection(mut s: TcpStream, config: &SockperfConfig, stop: &AtomicBool) -> Result<(), EchoEnd> {
+fn echo_connection(
+    mut s: TcpStream,
+    config: &SockperfConfig,
+    stop: &AtomicBool,
+) -> Result<(), EchoEnd> {
     let mut input = vec![0u8; config.max_message.max(MIN_READ_BUFFER)];
     let mut filled = 0usize;
     let mut out = Vec::with_capacity(MIN_READ_BUFFER);
@@ -189,10 +196,11 @@ fn echo_connection(mut s: TcpStream, config: &SockperfConfig, stop: &AtomicBool)
             Err(e) => return Err(io(e)),
         };
         filled += n;
-        let consumed = echo_replies(&input[..filled], config.max_message, &mut out).map_err(|e| EchoEnd {
-            kind: "bad_length",
-            text: e.to_string(),
-        })?;
+        let consumed =
+            echo_replies(&input[..filled], config.max_message, &mut out).map_err(|e| EchoEnd {
+                kind: "bad_length",
+                text: e.to_string(),
+            })?;
         input.copy_within(consumed..filled, 0);
         filled -= consumed;
         if !out.is_empty() {

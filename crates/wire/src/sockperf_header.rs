@@ -118,9 +118,20 @@ mod tests {
     #[test]
     fn the_header_is_big_endian_and_14_bytes() {
         let h = SockperfHeader::parse(&REQUEST).unwrap();
-        assert_eq!(h, SockperfHeader { sequence: 7, flags: 3, length: 16 });
+        assert_eq!(
+            h,
+            SockperfHeader {
+                sequence: 7,
+                flags: 3,
+                length: 16
+            }
+        );
         assert_eq!(h.to_bytes(), REQUEST[..14]);
-        let h2 = SockperfHeader { sequence: 0x0102030405060708, flags: 0x0a0b, length: 0x0c0d0e0f };
+        let h2 = SockperfHeader {
+            sequence: 0x0102030405060708,
+            flags: 0x0a0b,
+            length: 0x0c0d0e0f,
+        };
         assert_eq!(
             h2.to_bytes(),
             [1, 2, 3, 4, 5, 6, 7, 8, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f]
@@ -159,7 +170,10 @@ mod tests {
     fn impossible_lengths_are_errors() {
         let mut m = REQUEST;
         m[13] = 13;
-        assert_eq!(echo_replies(&m, 1024, &mut Vec::new()), Err(SockperfError::TooShort(13)));
+        assert_eq!(
+            echo_replies(&m, 1024, &mut Vec::new()),
+            Err(SockperfError::TooShort(13))
+        );
         m[12] = 0x10;
         assert!(matches!(
             echo_replies(&m, 1024, &mut Vec::new()),

@@ -63,18 +63,26 @@ fn publish_without_key_or_attributes_golden() {
     };
     check(
         Frame::Publish(m),
-        &[15, 0, 0, 0, 0x01, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0x00, b't', 0x00, 0x00],
+        &[
+            15, 0, 0, 0, 0x01, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0x00, b't', 0x00, 0x00,
+        ],
     );
 }
 
 #[test]
 fn subscribe_golden() {
-    check(Frame::Subscribe("a.*".into()), &[4, 0, 0, 0, 0x02, b'a', b'.', b'*']);
+    check(
+        Frame::Subscribe("a.*".into()),
+        &[4, 0, 0, 0, 0x02, b'a', b'.', b'*'],
+    );
 }
 
 #[test]
 fn unsubscribe_golden() {
-    check(Frame::Unsubscribe("a.>".into()), &[4, 0, 0, 0, 0x03, b'a', b'.', b'>']);
+    check(
+        Frame::Unsubscribe("a.>".into()),
+        &[4, 0, 0, 0, 0x03, b'a', b'.', b'>'],
+    );
 }
 
 #[test]
@@ -106,14 +114,22 @@ fn echo_reply_golden_is_the_header_without_extra() {
     };
     check(
         Frame::Echo(req.reply()),
-        &[21, 0, 0, 0, 0x05, 1, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0],
+        &[
+            21, 0, 0, 0, 0x05, 1, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0,
+        ],
     );
 }
 
 #[test]
 fn ping_and_pong_golden() {
-    check(Frame::Ping(0x0102), &[9, 0, 0, 0, 0x06, 0x02, 0x01, 0, 0, 0, 0, 0, 0]);
-    check(Frame::Pong(0x0102), &[9, 0, 0, 0, 0x07, 0x02, 0x01, 0, 0, 0, 0, 0, 0]);
+    check(
+        Frame::Ping(0x0102),
+        &[9, 0, 0, 0, 0x06, 0x02, 0x01, 0, 0, 0, 0, 0, 0],
+    );
+    check(
+        Frame::Pong(0x0102),
+        &[9, 0, 0, 0, 0x07, 0x02, 0x01, 0, 0, 0, 0, 0, 0],
+    );
 }
 
 #[test]

@@ -38,7 +38,12 @@ fn frame() -> impl Strategy<Value = Frame> {
         ".{0,40}".prop_map(Frame::Subscribe),
         ".{0,40}".prop_map(Frame::Unsubscribe),
         (any::<i32>(), any::<i64>(), any::<i64>(), bytes(128)).prop_map(|(o, t, c, extra)| {
-            Frame::Echo(Echo { options: o, send_time_ns: t, correlation_id: c, extra })
+            Frame::Echo(Echo {
+                options: o,
+                send_time_ns: t,
+                correlation_id: c,
+                extra,
+            })
         }),
         any::<u64>().prop_map(Frame::Ping),
         any::<u64>().prop_map(Frame::Pong),

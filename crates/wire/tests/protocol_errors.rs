@@ -14,12 +14,19 @@ use tidegate_wire::{ErrorCode, ErrorFrame, Frame, WireClient, WireConfig};
 /// Reads until an ERROR (skipping nothing else: any other frame fails) and
 /// checks the connection closes right after it.
 async fn expect_error_then_close(c: &mut WireClient) -> ErrorFrame {
-    let f = tokio::time::timeout(Duration::from_secs(5), c.recv()).await.unwrap();
+    let f = tokio::time::timeout(Duration::from_secs(5), c.recv())
+        .await
+        .unwrap();
     let Ok(Some(Frame::Error(e))) = f else {
         panic!("expected an ERROR frame, got {f:?}");
     };
-    let end = tokio::time::timeout(Duration::from_secs(5), c.recv()).await.unwrap();
-    assert!(matches!(end, Ok(None)), "expected the connection to close, got {end:?}");
+    let end = tokio::time::timeout(Duration::from_secs(5), c.recv())
+        .await
+        .unwrap();
+    assert!(
+        matches!(end, Ok(None)),
+        "expected the connection to close, got {end:?}"
+    );
     e
 }
 
@@ -32,14 +39,23 @@ async fn bystander(s: &TestServer) -> WireClient {
 
 async fn bystander_still_works(s: &TestServer, mut c: WireClient) {
     let mut p = WireClient::connect(s.addr).await.unwrap();
-    p.publish(&Message::new("ok", Bytes::from_static(b"still here"))).await.unwrap();
-    let m = tokio::time::timeout(Duration::from_secs(5), c.recv_message()).await.unwrap().unwrap();
+    p.publish(&Message::new("ok", Bytes::from_static(b"still here")))
+        .await
+        .unwrap();
+    let m = tokio::time::timeout(Duration::from_secs(5), c.recv_message())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(&m.payload[..], b"still here");
 }
 
 #[tokio::test]
 async fn an_oversize_frame_gets_frame_too_large_then_close() {
-    let s = TestServer::start(WireConfig { max_frame: 1024, ..Default::default() }).await;
+    let s = TestServer::start(WireConfig {
+        max_frame: 1024,
+        ..Default::default()
+    })
+    .await;
     let by = bystander(&s).await;
     let mut c = WireClient::connect(s.addr).await.unwrap();
     let mut frame = 2000u32.to_le_bytes().to_vec();
@@ -48,9 +64,19 @@ async fn an_oversize_frame_gets_frame_too_large_then_close() {
     c.send_raw(&frame).await.unwrap();
     let e = expect_error_then_close(&mut c).await;
     assert_eq!(e.code, ErrorCode::FrameTooLarge);
-    assert!(e.message.contains("2000") && e.message.contains("1024"), "{}", e.message);
+    assert!(
+        e.message.contains("2000") && e.message.contains("1024"),
+        "{}",
+        e.message
+    );
     bystander_still_works(&s, by).await;
-    assert_eq!(s.hub.metrics().listener("wire").error_count("oversize_frame"), 1);
+    assert_eq!(
+        s.hub
+            .metrics()
+            .listener("wire")
+            .error_count("oversize_frame"),
+        1
+    );
 }
 
 #[tokio::test]
@@ -60,7 +86,10 @@ async fn the_default_limit_is_one_mebibyte() {
     let mut frame = ((1u32 << 20) + 1).to_le_bytes().to_vec();
     frame.push(0x01);
     c.send_raw(&frame).await.unwrap();
-    assert_eq!(expect_error_then_close(&mut c).await.code, ErrorCode::FrameTooLarge);
+    assert_eq!(
+        expect_error_then_close(&mut c).await.code,
+        ErrorCode::FrameTooLarge
+    );
 }
 
 #[tokio::test]
@@ -68,7 +97,9 @@ async fn garbage_gets_unknown_type_then_close() {
     let s = TestServer::default().await;
     let by = bystander(&s).await;
     let mut c = WireClient::connect(s.addr).await.unwrap();
-    c.send_raw(b"\x05\x00\x00\x00\x7fGARBAGE GARBAGE GARBAGE").await.unwrap();
+    c.send_raw(b"\x05\x00\x00\x00\x7fGARBAGE GARBAGE GARBAGE")
+        .await
+        .unwrap();
     let e = expect_error_then_close(&mut c).await;
     assert_eq!(e.code, ErrorCode::UnknownType);
     assert!(e.message.contains("0x7f"), "{}", e.message);
@@ -79,9 +110,14 @@ async fn garbage_gets_unknown_type_then_close() {
 async fn http_sent_to_the_wire_port_is_refused() {
     let s = TestServer::default().await;
     let mut c = WireClient::connect(s.addr).await.unwrap();
-    c.send_raw(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    c.send_raw(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
     // "GET " read as a little-endian length is far over 1 MiB.
-    assert_eq!(expect_error_then_close(&mut c).await.code, ErrorCode::FrameTooLarge);
+    assert_eq!(
+        expect_error_then_close(&mut c).await.code,
+        ErrorCode::FrameTooLarge
+    );
 }
 
 #[tokio::test]
@@ -90,7 +126,9 @@ async fn a_truncated_body_names_the_missing_field() {
     let by = bystander(&s).await;
     let mut c = WireClient::connect(s.addr).await.unwrap();
     // ECHO with a 9-byte body: options plus half a send time.
-    c.send_raw(&[10, 0, 0, 0, 0x05, 1, 0, 0, 0, 1, 2, 3, 4, 5]).await.unwrap();
+    c.send_raw(&[10, 0, 0, 0, 0x05, 1, 0, 0, 0, 1, 2, 3, 4, 5])
+        .await
+        .unwrap();
     let e = expect_error_then_close(&mut c).await;
     assert_eq!(e.code, ErrorCode::TruncatedFrame);
     assert!(e.message.contains("send_time_ns"), "{}", e.message);
@@ -113,7 +151,10 @@ async fn a_zero_length_frame_is_malformed() {
     let s = TestServer::default().await;
     let mut c = WireClient::connect(s.addr).await.unwrap();
     c.send_raw(&[0, 0, 0, 0]).await.unwrap();
-    assert_eq!(expect_error_then_close(&mut c).await.code, ErrorCode::MalformedFrame);
+    assert_eq!(
+        expect_error_then_close(&mut c).await.code,
+        ErrorCode::MalformedFrame
+    );
 }
 
 #[tokio::test]
@@ -135,7 +176,10 @@ async fn frames_before_the_bad_one_are_still_served() {
     bytes.extend_from_slice(&[1, 0, 0, 0, 0xee]); // unknown type
     c.send_raw(&bytes).await.unwrap();
     assert_eq!(c.recv().await.unwrap(), Some(Frame::Pong(7)));
-    assert_eq!(expect_error_then_close(&mut c).await.code, ErrorCode::UnknownType);
+    assert_eq!(
+        expect_error_then_close(&mut c).await.code,
+        ErrorCode::UnknownType
+    );
 }
 
 #[tokio::test]
@@ -151,7 +195,10 @@ async fn echo_answers_only_when_asked_and_without_the_extra_bytes() {
     .await
     .unwrap();
     let reply = c.echo(2, 123, &[7; 64]).await.unwrap();
-    assert_eq!((reply.options, reply.send_time_ns, reply.correlation_id), (1, 123, 2));
+    assert_eq!(
+        (reply.options, reply.send_time_ns, reply.correlation_id),
+        (1, 123, 2)
+    );
     assert!(reply.extra.is_empty());
     c.ping().await.unwrap();
     // Nothing was held back: the unanswered echo produced no frame.
@@ -191,5 +238,9 @@ async fn shutdown_tells_clients_and_closes() {
     let e = expect_error_then_close(&mut c).await;
     assert_eq!(e.code, ErrorCode::ShuttingDown);
     let task = s.task.take().unwrap();
-    tokio::time::timeout(Duration::from_secs(5), task).await.unwrap().unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
 }

@@ -47,7 +47,9 @@ async fn a_zero_timestamp_is_stamped_on_arrival() {
     let mut sub = WireClient::connect(s.addr).await.unwrap();
     sub.subscribe("t").await.unwrap();
     let mut publ = WireClient::connect(s.addr).await.unwrap();
-    publ.publish(&msg("t", "x").with_timestamp_ns(0)).await.unwrap();
+    publ.publish(&msg("t", "x").with_timestamp_ns(0))
+        .await
+        .unwrap();
     assert!(sub.recv_message().await.unwrap().timestamp_ns > 0);
 }
 
@@ -62,7 +64,10 @@ async fn wildcard_subscriptions_match_as_in_nats() {
     for t in ["a.b.c", "a.b.d", "a.b.c.d", "x", "x.y.z", "x.y", "end"] {
         publ.publish(&msg(t, t)).await.unwrap();
     }
-    assert_eq!(topics_received(&mut sub, 4).await, ["a.b.c", "x.y.z", "x.y", "end"]);
+    assert_eq!(
+        topics_received(&mut sub, 4).await,
+        ["a.b.c", "x.y.z", "x.y", "end"]
+    );
 }
 
 #[tokio::test]
@@ -105,7 +110,11 @@ async fn a_bad_pattern_is_an_error_that_keeps_the_connection() {
         }
         other => panic!("expected BadTopic, got {other:?}"),
     }
-    match c.send(&Frame::Publish(msg("a.*", "x"))).await.and(c.ping().await) {
+    match c
+        .send(&Frame::Publish(msg("a.*", "x")))
+        .await
+        .and(c.ping().await)
+    {
         Err(ClientError::Server(e)) => assert_eq!(e.code, ErrorCode::BadTopic),
         other => panic!("expected BadTopic, got {other:?}"),
     }
@@ -114,7 +123,11 @@ async fn a_bad_pattern_is_an_error_that_keeps_the_connection() {
 
 #[tokio::test]
 async fn the_subscription_limit_is_enforced_per_connection() {
-    let s = TestServer::start(WireConfig { max_subscriptions: 2, ..Default::default() }).await;
+    let s = TestServer::start(WireConfig {
+        max_subscriptions: 2,
+        ..Default::default()
+    })
+    .await;
     let mut c = WireClient::connect(s.addr).await.unwrap();
     c.subscribe("a").await.unwrap();
     c.subscribe("b").await.unwrap();
@@ -150,7 +163,10 @@ async fn a_slow_subscriber_loses_the_oldest_messages_under_drop_oldest() {
     sub.subscribe("flood").await.unwrap();
     let n = 2000;
     flood(&s, n, 16 * 1024).await;
-    assert!(s.hub.metrics().dropped_oldest.get() > 0, "nothing was dropped");
+    assert!(
+        s.hub.metrics().dropped_oldest.get() > 0,
+        "nothing was dropped"
+    );
     // Everything still queued arrives, in order, ending with the newest.
     let mut last = None;
     let mut received = 0;
@@ -160,7 +176,10 @@ async fn a_slow_subscriber_loses_the_oldest_messages_under_drop_oldest() {
             .expect("messages keep coming")
             .unwrap();
         let i: usize = m.attribute("i").unwrap().parse().unwrap();
-        assert!(last.is_none_or(|l| i > l), "out of order: {i} after {last:?}");
+        assert!(
+            last.is_none_or(|l| i > l),
+            "out of order: {i} after {last:?}"
+        );
         last = Some(i);
         received += 1;
     }
@@ -183,14 +202,20 @@ async fn a_slow_subscriber_is_disconnected_under_disconnect() {
     flood(&s, 2000, 16 * 1024).await;
     assert_eq!(s.hub.metrics().disconnected_slow.get(), 1);
     let error = loop {
-        match tokio::time::timeout(Duration::from_secs(10), sub.recv()).await.unwrap() {
+        match tokio::time::timeout(Duration::from_secs(10), sub.recv())
+            .await
+            .unwrap()
+        {
             Ok(Some(Frame::Message(_))) => continue,
             Ok(Some(Frame::Error(e))) => break e,
             other => panic!("expected an ERROR before the close, got {other:?}"),
         }
     };
     assert_eq!(error.code, ErrorCode::SlowConsumer);
-    assert!(matches!(sub.recv().await, Ok(None) | Err(_)), "connection closed after the ERROR");
+    assert!(
+        matches!(sub.recv().await, Ok(None) | Err(_)),
+        "connection closed after the ERROR"
+    );
     // Other subscribers are unaffected.
     let mut publ = WireClient::connect(s.addr).await.unwrap();
     publ.publish(&msg("other", "fine")).await.unwrap();

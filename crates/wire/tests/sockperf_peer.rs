@@ -28,25 +28,42 @@ impl Drop for KillOnDrop {
 fn run_sockperf(addr: SocketAddr, args: &[&str]) -> String {
     let child = Command::new("sockperf")
         .args(args)
-        .args(["--tcp", "-i", &addr.ip().to_string(), "-p", &addr.port().to_string()])
+        .args([
+            "--tcp",
+            "-i",
+            &addr.ip().to_string(),
+            "-p",
+            &addr.port().to_string(),
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("the stock `sockperf` binary must be installed: run scripts/setup/wire.sh");
     let mut guard = KillOnDrop(Some(child));
-    let out = guard.0.take().unwrap().wait_with_output().expect("sockperf ran");
+    let out = guard
+        .0
+        .take()
+        .unwrap()
+        .wait_with_output()
+        .expect("sockperf ran");
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "sockperf failed ({}):\n{text}", out.status);
+    assert!(
+        out.status.success(),
+        "sockperf failed ({}):\n{text}",
+        out.status
+    );
     text
 }
 
 /// The number after `key` (e.g. `# dropped messages = `) in sockperf's output.
 fn number_after(text: &str, key: &str) -> u64 {
-    let at = text.find(key).unwrap_or_else(|| panic!("no {key:?} in:\n{text}"));
+    let at = text
+        .find(key)
+        .unwrap_or_else(|| panic!("no {key:?} in:\n{text}"));
     text[at + key.len()..]
         .trim_start()
         .chars()
@@ -58,8 +75,14 @@ fn number_after(text: &str, key: &str) -> u64 {
 
 /// The number just before `key` (e.g. ` observations`).
 fn number_before(text: &str, key: &str) -> u64 {
-    let at = text.find(key).unwrap_or_else(|| panic!("no {key:?} in:\n{text}"));
-    let digits: String = text[..at].chars().rev().take_while(|c| c.is_ascii_digit()).collect();
+    let at = text
+        .find(key)
+        .unwrap_or_else(|| panic!("no {key:?} in:\n{text}"));
+    let digits: String = text[..at]
+        .chars()
+        .rev()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
     digits
         .chars()
         .rev()
@@ -73,10 +96,18 @@ fn check_clean_run(text: &str) {
     assert!(observations > 0, "no observations:\n{text}");
     assert_eq!(number_after(text, "# dropped messages = "), 0, "{text}");
     assert_eq!(number_after(text, "# duplicated messages = "), 0, "{text}");
-    assert_eq!(number_after(text, "# out-of-order messages = "), 0, "{text}");
+    assert_eq!(
+        number_after(text, "# out-of-order messages = "),
+        0,
+        "{text}"
+    );
 }
 
-async fn start() -> (SocketAddr, CancellationToken, tokio::task::JoinHandle<std::io::Result<()>>) {
+async fn start() -> (
+    SocketAddr,
+    CancellationToken,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
     let config = SockperfConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         ..Default::default()
@@ -91,23 +122,46 @@ async fn start() -> (SocketAddr, CancellationToken, tokio::task::JoinHandle<std:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stock_sockperf_ping_pong_gets_clean_observations() {
     let (addr, stop, task) = start().await;
-    let text = tokio::task::spawn_blocking(move || run_sockperf(addr, &["ping-pong", "-m", "64", "-t", "3"]))
-        .await
-        .unwrap();
+    let text = tokio::task::spawn_blocking(move || {
+        run_sockperf(addr, &["ping-pong", "-m", "64", "-t", "3"])
+    })
+    .await
+    .unwrap();
     check_clean_run(&text);
     stop.cancel();
-    tokio::time::timeout(Duration::from_secs(5), task).await.unwrap().unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stock_sockperf_under_load_gets_clean_observations() {
     let (addr, stop, task) = start().await;
     let text = tokio::task::spawn_blocking(move || {
-        run_sockperf(addr, &["under-load", "-m", "78", "-t", "3", "--mps", "50000", "--reply-every", "100"])
+        run_sockperf(
+            addr,
+            &[
+                "under-load",
+                "-m",
+                "78",
+                "-t",
+                "3",
+                "--mps",
+                "50000",
+                "--reply-every",
+                "100",
+            ],
+        )
     })
     .await
     .unwrap();
     check_clean_run(&text);
     stop.cancel();
-    tokio::time::timeout(Duration::from_secs(5), task).await.unwrap().unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
 }

@@ -55,6 +55,10 @@ pub struct EchoArgs {
     /// message due by then in one write.
     #[arg(long, default_value_t = 20)]
     pub tick_us: u64,
+    /// Also run the same-run anchor: stock `sockperf under-load` (same rate,
+    /// reply ratio and message size) against stock `sockperf server`.
+    #[arg(long)]
+    pub anchor: bool,
     /// Target and output options.
     #[command(flatten)]
     pub common: CommonArgs,
@@ -76,6 +80,12 @@ pub async fn run(args: &EchoArgs) -> anyhow::Result<()> {
     let client = client_sampler.finish();
     let server = tokio::task::spawn_blocking(move || target.finish()).await?;
     let outcome = outcome?;
+    let anchor = if args.anchor {
+        let a = args.clone();
+        Some(tokio::task::spawn_blocking(move || anchor::run(&a)).await??)
+    } else {
+        None
+    };
 
     let mut report = Report::new(
         "echo",
@@ -107,6 +117,13 @@ pub async fn run(args: &EchoArgs) -> anyhow::Result<()> {
         "measured_span_ms": outcome.measured_span.as_secs_f64() * 1000.0,
         "max_send_lag_us": outcome.max_send_lag.as_secs_f64() * 1e6,
         "one_way_us": report.latency_us.halved(),
+        "anchor": anchor.as_ref().map(|a| serde_json::json!({
+            "name": "sockperf under-load vs sockperf server",
+            "rate": a.rate,
+            "one_way_us": a.one_way_us,
+            "rate_ratio": report.rate / a.rate.max(1e-9),
+            "mean_ratio": report.latency_us.halved().mean / a.one_way_us.mean.max(1e-9),
+        })),
     });
 
     let human = format!(
@@ -127,6 +144,10 @@ pub async fn run(args: &EchoArgs) -> anyhow::Result<()> {
         outcome.max_send_lag.as_secs_f64() * 1e6,
         one_way_round_trip_table(&report.latency_us),
     );
+    let human = match &anchor {
+        Some(a) => format!("{human}\n{}", anchor::comparison(&report, a)),
+        None => human,
+    };
     report.emit(args.common.json, &human);
     Ok(())
 }
@@ -204,7 +225,7 @@ fn send(
         }
         while n < due {
             while n < due && buf.len() < MAX_WRITE {
-                let options = if n % args.respond_every == 0 {
+                let options = if n.is_multiple_of(args.respond_every) {
                     Echo::RESPOND
                 } else {
                     0
@@ -303,4 +324,170 @@ fn receive(
         measured_span,
         rtt,
     })
+}
+
+/// The same-run anchor: stock `sockperf under-load --tcp` (the seed-002 shape:
+/// same rate, one reply in `--respond-every`, 14-byte header plus the same
+/// extra bytes) against stock `sockperf server`, both started here and
+/// killed on drop.
+mod anchor {
+    use std::net::TcpListener;
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use anyhow::{bail, Context};
+
+    use super::EchoArgs;
+    use crate::{LatencySummary, Report};
+
+    /// What stock sockperf reported (sockperf's latency is one-way: RTT / 2).
+    pub(super) struct AnchorResult {
+        /// Messages sent per second over sockperf's valid duration.
+        pub(super) rate: f64,
+        /// One-way latency, µs.
+        pub(super) one_way_us: LatencySummary,
+    }
+
+    struct KillOnDrop(Child);
+
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    /// Runs the anchor for as long as the Tidegate run lasted.
+    pub(super) fn run(args: &EchoArgs) -> anyhow::Result<AnchorResult> {
+        let port = TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port()
+            .to_string();
+        let server = Command::new("sockperf")
+            .args(["server", "--tcp", "-i", "127.0.0.1", "-p", &port])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting `sockperf server` (install it with scripts/setup/wire.sh)")?;
+        let _server = KillOnDrop(server);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
+            if Instant::now() > deadline {
+                bail!("`sockperf server` did not listen on port {port}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let seconds = args.messages.div_ceil(args.rate).max(2).to_string();
+        let size = (14 + args.extra_bytes).to_string();
+        let out = Command::new("sockperf")
+            .args([
+                "under-load",
+                "--tcp",
+                "-i",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-m",
+                &size,
+                "-t",
+                &seconds,
+            ])
+            .args([
+                "--mps",
+                &args.rate.to_string(),
+                "--reply-every",
+                &args.respond_every.to_string(),
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .context("running `sockperf under-load`")?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        parse(&text).with_context(|| format!("reading sockperf's output:\n{text}"))
+    }
+
+    /// Extracts the valid-duration rate and the percentiles.
+    fn parse(text: &str) -> Option<AnchorResult> {
+        let field = |line: &str, key: &str| -> Option<f64> {
+            let at = line.find(key)? + key.len();
+            let v: String = line[at..]
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.')
+                .collect();
+            v.parse().ok()
+        };
+        let valid = text.lines().find(|l| l.contains("[Valid Duration]"))?;
+        let runtime = field(valid, "RunTime=")?;
+        let sent = field(valid, "SentMessages=")?;
+        let pct = |p: &str| {
+            text.lines()
+                .find(|l| l.contains(&format!("percentile {p} =")))
+                .and_then(|l| field(l, "="))
+        };
+        let max = text.lines().find(|l| l.contains("<MAX> observation"))?;
+        let avg = text.lines().find(|l| l.contains("avg-latency="))?;
+        Some(AnchorResult {
+            rate: sent / runtime.max(1e-9),
+            one_way_us: LatencySummary {
+                mean: field(avg, "avg-latency=")?,
+                p50: pct("50.000")?,
+                p90: pct("90.000")?,
+                p99: pct("99.000")?,
+                p999: pct("99.900")?,
+                p9999: pct("99.990")?,
+                p99999: pct("99.999")?,
+                max: field(max, "=")?,
+            },
+        })
+    }
+
+    /// Tidegate next to the anchor, one-way µs, with ratios.
+    pub(super) fn comparison(report: &Report, a: &AnchorResult) -> String {
+        let t = report.latency_us.halved();
+        let s = &a.one_way_us;
+        let rows = [
+            ("rate (msg/s)", report.rate, a.rate),
+            ("mean", t.mean, s.mean),
+            ("50th percentile", t.p50, s.p50),
+            ("99th percentile", t.p99, s.p99),
+            ("99.9th percentile", t.p999, s.p999),
+            ("99.99th percentile", t.p9999, s.p9999),
+            ("99.999th percentile", t.p99999, s.p99999),
+            ("worst", t.max, s.max),
+        ];
+        let mut out = String::from(
+            "Anchor (same run): stock sockperf under-load -> sockperf server, one way (µs)\n\
+             ------------------------------------------------------------------------------\n\
+             \x20                      |      tidegate |  sockperf srv |  tidegate/anchor |\n",
+        );
+        for (name, t, s) in rows {
+            out.push_str(&format!(
+                "{name:<23}|{t:>14.0} |{s:>14.0} |{:>17.2} |\n",
+                t / s.max(1e-9)
+            ));
+        }
+        out
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn sockperf_output_is_parsed() {
+            let text = "sockperf: [Valid Duration] RunTime=3.547 sec; SentMessages=768601; ReceivedMessages=7687\n\
+                sockperf: ====> avg-latency=1905.342 (std-dev=3895.059)\n\
+                sockperf: ---> <MAX> observation = 32216.264\n\
+                sockperf: ---> percentile 99.999 = 32216.264\n\
+                sockperf: ---> percentile 99.990 = 32138.930\n\
+                sockperf: ---> percentile 99.900 = 31714.887\n\
+                sockperf: ---> percentile 99.000 = 22634.841\n\
+                sockperf: ---> percentile 90.000 = 4277.799\n\
+                sockperf: ---> percentile 50.000 =  784.398\n";
+            let a = super::parse(text).unwrap();
+            assert!((a.rate - 768601.0 / 3.547).abs() < 1.0);
+            assert_eq!(a.one_way_us.p50, 784.398);
+            assert_eq!(a.one_way_us.max, 32216.264);
+            assert_eq!(a.one_way_us.mean, 1905.342);
+        }
+    }
 }
