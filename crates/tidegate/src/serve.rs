@@ -59,16 +59,23 @@ fn bind_err(
 /// Runs the hub until a shutdown signal.
 pub async fn serve(config: Config) -> Result<(), ServeError> {
     let mut sinks: Vec<Arc<dyn Sink>> = vec![Arc::new(NullSink)];
-    if let Some(k) = &config.sinks.kafka {
-        let sink = KafkaSink::new(k.clone()).map_err(|e| ServeError::Sink {
-            name: "kafka",
-            reason: e.to_string(),
-        })?;
-        sinks.push(Arc::new(sink));
-    }
+    let kafka = match &config.sinks.kafka {
+        Some(k) => {
+            let sink = Arc::new(KafkaSink::new(k.clone()).map_err(|e| ServeError::Sink {
+                name: "kafka",
+                reason: e.to_string(),
+            })?);
+            sinks.push(sink.clone());
+            Some(sink)
+        }
+        None => None,
+    };
     let routes =
         RouteTable::build(&config.routes, &sinks).map_err(|e| ServeError::Config(e.to_string()))?;
     let hub = Hub::new(routes);
+    if let Some(k) = &kafka {
+        k.register_metrics(hub.metrics());
+    }
 
     let shutdown = CancellationToken::new();
     let mut tasks: JoinSet<(&'static str, Result<(), String>)> = JoinSet::new();
