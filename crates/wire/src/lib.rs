@@ -26,3 +26,6 @@ pub use config::{SockperfConfig, WireConfig};
 pub use frame::{Echo, ErrorCode, ErrorFrame, Frame, FrameType};
 pub use server::WireServer;
 pub use sockperf::SockperfServer;
+/// The shutdown signal the servers' `run` takes (re-exported so callers need
+/// not depend on `tokio-util` themselves).
+pub use tokio_util::sync::CancellationToken;

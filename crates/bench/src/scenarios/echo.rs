@@ -491,3 +491,45 @@ mod anchor {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tidegate_hub::Hub;
+    use tidegate_wire::{CancellationToken, WireConfig, WireServer};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_driver_gets_every_asked_reply_from_an_in_process_server() {
+        let config = WireConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            ..Default::default()
+        };
+        let server = WireServer::bind(config).await.unwrap();
+        let addr = server.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        tokio::spawn(server.run(Hub::default(), stop.clone()));
+        let args = EchoArgs {
+            rate: 20_000,
+            messages: 4_000,
+            warmup: 100,
+            respond_every: 10,
+            extra_bytes: 64,
+            tick_us: 20,
+            anchor: false,
+            common: CommonArgs {
+                target: Some(addr),
+                json: true,
+            },
+        };
+        let o = tokio::task::spawn_blocking(move || drive(addr, &args))
+            .await
+            .unwrap()
+            .unwrap();
+        stop.cancel();
+        assert_eq!(o.sent, 4_000);
+        assert_eq!(o.expected_replies, 400);
+        assert_eq!(o.replies, 400);
+        assert_eq!(o.rtt.count(), 300);
+        assert_eq!(o.server_errors, 0);
+    }
+}
