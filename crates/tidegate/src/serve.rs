@@ -2,7 +2,8 @@
 //! (failing fast, before serving anything), serve until SIGINT/SIGTERM, then
 //! stop accepting and give in-flight work a bounded time to finish.
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use thiserror::Error;
 use tidegate_forward::ForwardServer;
 use tidegate_hub::{Hub, NullSink, RouteTable, Sink};
 use tidegate_kafka::KafkaSink;
-use tidegate_s2s::S2sServer;
+use tidegate_s2s::{S2sPorts, S2sServer};
 use tidegate_wire::server::WireServer;
 use tidegate_wire::sockperf::SockperfServer;
 use tokio::task::JoinSet;
@@ -45,15 +46,25 @@ pub enum ServeError {
     },
 }
 
-fn bind_err(
-    section: &'static str,
-    addr: std::net::SocketAddr,
-) -> impl FnOnce(std::io::Error) -> ServeError {
+fn bind_err(section: &'static str, addr: SocketAddr) -> impl FnOnce(std::io::Error) -> ServeError {
     move |source| ServeError::Bind {
         section,
         addr,
         source,
     }
+}
+
+/// The running listeners: each task ends with its name and how it ended.
+type Listeners = JoinSet<(&'static str, Result<(), String>)>;
+
+/// Spawns a bound listener's serve loop, logging where it listens.
+fn start<F, E>(tasks: &mut Listeners, name: &'static str, addr: SocketAddr, serving: F)
+where
+    F: Future<Output = Result<(), E>> + Send + 'static,
+    E: std::fmt::Display,
+{
+    info!(listener = name, listen = %addr, "listening");
+    tasks.spawn(async move { (name, serving.await.map_err(|e| e.to_string())) });
 }
 
 /// Runs the hub until a shutdown signal.
@@ -78,26 +89,25 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     }
 
     let shutdown = CancellationToken::new();
-    let mut tasks: JoinSet<(&'static str, Result<(), String>)> = JoinSet::new();
-    let spawn =
-        |tasks: &mut JoinSet<_>,
-         name: &'static str,
-         fut: std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send>>| {
-            tasks.spawn(async move { (name, fut.await) });
-        };
+    let mut tasks: Listeners = JoinSet::new();
+
+    // One set of S2S ports shared by the RAW listener and the HTTP transport,
+    // so an output port has one queue whichever transport drains it.
+    let s2s_ports = S2sPorts::new(config.s2s.clone(), hub.clone())
+        .map_err(|e| ServeError::Config(format!("[s2s] port topic: {e}")))?;
 
     // Bind everything first: a port in use stops start-up before anything serves.
     let raw_port = if config.s2s.enabled {
         let s = S2sServer::bind(config.s2s.clone())
             .await
-            .map_err(bind_err("s2s", config.s2s.listen))?;
+            .map_err(bind_err("s2s", config.s2s.listen))?
+            .with_ports(s2s_ports.clone());
         let port = s.local_addr().map(|a| a.port()).ok();
-        info!(listen = %config.s2s.listen, "s2s RAW listener bound");
-        let (h, t) = (hub.clone(), shutdown.clone());
-        spawn(
+        start(
             &mut tasks,
             "s2s",
-            Box::pin(async move { s.run(h, t).await.map_err(|e| e.to_string()) }),
+            config.s2s.listen,
+            s.run(hub.clone(), shutdown.clone()),
         );
         port
     } else {
@@ -107,36 +117,33 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         let s = WireServer::bind(config.wire.clone())
             .await
             .map_err(bind_err("wire", config.wire.listen))?;
-        info!(listen = %config.wire.listen, "wire listener bound");
-        let (h, t) = (hub.clone(), shutdown.clone());
-        spawn(
+        start(
             &mut tasks,
             "wire",
-            Box::pin(async move { s.run(h, t).await.map_err(|e| e.to_string()) }),
+            config.wire.listen,
+            s.run(hub.clone(), shutdown.clone()),
         );
     }
     if config.sockperf.enabled {
         let s = SockperfServer::bind(config.sockperf.clone())
             .await
             .map_err(bind_err("sockperf", config.sockperf.listen))?;
-        info!(listen = %config.sockperf.listen, "sockperf echo listener bound");
-        let (h, t) = (hub.clone(), shutdown.clone());
-        spawn(
+        start(
             &mut tasks,
             "sockperf",
-            Box::pin(async move { s.run(h, t).await.map_err(|e| e.to_string()) }),
+            config.sockperf.listen,
+            s.run(hub.clone(), shutdown.clone()),
         );
     }
     if config.forward.enabled {
         let s = ForwardServer::bind(config.forward.clone())
             .await
             .map_err(bind_err("forward", config.forward.listen))?;
-        info!(listen = %config.forward.listen, "forward listener bound");
-        let (h, t) = (hub.clone(), shutdown.clone());
-        spawn(
+        start(
             &mut tasks,
             "forward",
-            Box::pin(async move { s.run(h, t).await.map_err(|e| e.to_string()) }),
+            config.forward.listen,
+            s.run(hub.clone(), shutdown.clone()),
         );
     }
     if config.http.enabled {
@@ -147,23 +154,17 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
             .local_addr()
             .map(|a| a.port())
             .unwrap_or(config.http.listen.port());
-        let app = crate::http::router(hub.clone()).merge(tidegate_s2s::http::router(
-            config.s2s.clone(),
-            hub.clone(),
-            http_port,
-            raw_port,
+        let app = crate::http::router(hub.clone()).merge(tidegate_s2s::http::router_with_ports(
+            s2s_ports, http_port, raw_port,
         ));
-        info!(listen = %config.http.listen, "http listener bound");
         let t = shutdown.clone();
-        spawn(
+        let serving =
+            axum::serve(listener, app).with_graceful_shutdown(async move { t.cancelled().await });
+        start(
             &mut tasks,
             "http",
-            Box::pin(async move {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(async move { t.cancelled().await })
-                    .await
-                    .map_err(|e| e.to_string())
-            }),
+            config.http.listen,
+            serving.into_future(),
         );
     }
     info!(version = env!("CARGO_PKG_VERSION"), "tidegate serving");
