@@ -19,6 +19,8 @@ pub const LENGTH_PREFIX: usize = 4;
 pub const FRAME_HEADER: usize = LENGTH_PREFIX + 1;
 /// Flag bit of a message body: a key follows the topic.
 pub const FLAG_KEY: u8 = 0x01;
+/// Most bytes reserved at a time for a frame still arriving.
+pub const RESERVE_STEP: usize = 64 * 1024;
 /// Longest text an ERROR frame carries; longer messages are cut.
 pub const MAX_ERROR_TEXT: usize = 4096;
 
@@ -136,8 +138,8 @@ pub enum EncodeError {
 
 /// Decodes one frame from the front of `buf`.
 ///
-/// Returns `Ok(None)` when more bytes are needed (and reserves room for the
-/// rest of a frame whose prefix has arrived), `Ok(Some(frame))` after removing
+/// Returns `Ok(None)` when more bytes are needed (and reserves room for up to
+/// [`RESERVE_STEP`] more bytes of a frame whose prefix has arrived), `Ok(Some(frame))` after removing
 /// the frame's bytes from `buf`. Oversized frames and unknown types are
 /// reported as soon as the first five bytes are in, without waiting for the
 /// body. After an error the stream cannot be resynchronised: report it and
@@ -148,7 +150,9 @@ pub fn decode_frame(buf: &mut BytesMut, max_frame: usize) -> Result<Option<Frame
     };
     let total = LENGTH_PREFIX + len;
     if buf.len() < total {
-        buf.reserve(total - buf.len());
+        // Grow towards the frame a step at a time: a peer that announces a
+        // large frame and then stalls does not get `max_frame` allocated.
+        buf.reserve((total - buf.len()).min(RESERVE_STEP));
         return Ok(None);
     }
     buf.advance(FRAME_HEADER);
