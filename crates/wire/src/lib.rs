@@ -11,6 +11,8 @@
 //!   [`sockperf`]: the `[sockperf]` listener;
 //! - [`config`]: the `[wire]` and `[sockperf]` sections.
 
+#![warn(missing_docs)]
+
 pub mod client;
 pub mod codec;
 pub mod config;
