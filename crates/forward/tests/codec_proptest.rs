@@ -135,11 +135,21 @@ proptest! {
     }
 
     #[test]
-    fn arbitrary_bytes_never_panic_the_decoder(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+    fn arbitrary_bytes_never_panic_or_loop_the_decoder(
+        json in any::<bool>(),
+        bytes in prop::collection::vec(any::<u8>(), 0..512),
+    ) {
         let limits = Limits { max_frame_bytes: 4096, max_decompressed_bytes: 4096, max_depth: 8 };
         let mut d = ForwardDecoder::new(limits);
-        let mut buf = BytesMut::from(&bytes[..]);
+        let mut input = if json { vec![b'['] } else { Vec::new() };
+        input.extend_from_slice(&bytes);
+        let mut buf = BytesMut::from(&input[..]);
         let mut events = Vec::new();
-        while let Ok(Some(_)) = d.decode(&mut buf, &mut events) {}
+        // Every frame consumes at least one byte.
+        let mut frames = 0;
+        while let Ok(Some(_)) = d.decode(&mut buf, &mut events) {
+            frames += 1;
+            prop_assert!(frames <= input.len(), "decoder yields frames without consuming input");
+        }
     }
 }

@@ -82,6 +82,7 @@ impl ForwardDecoder {
             _ => self.msgpack.scan(buf, &self.limits)?,
         };
         match scan {
+            Scan::Complete(0) => Err(DecodeError::Malformed("empty value")),
             Scan::Complete(n) => {
                 self.need = 0;
                 Ok(Some(buf.split_to(n).freeze()))
@@ -147,5 +148,26 @@ mod tests {
         }
         assert_eq!(n, 3);
         assert!(all.is_empty());
+    }
+
+    #[test]
+    fn a_stray_separator_on_a_json_connection_is_an_error_not_a_loop() {
+        // Found by the fuzzer: a ',' before any value used to yield an empty
+        // frame forever.
+        for text in [&b"[\"a\",1,{}] ,"[..], b"[1] ]", b"{} }"] {
+            let mut d = ForwardDecoder::new(Limits::default());
+            let mut buf = BytesMut::from(text);
+            let mut out = Vec::new();
+            let mut frames = 0;
+            let err = loop {
+                match d.decode(&mut buf, &mut out) {
+                    Ok(Some(_)) => frames += 1,
+                    Ok(None) => panic!("stray separator accepted in {text:?}"),
+                    Err(e) => break e,
+                }
+                assert!(frames < 10, "decoder loops on {text:?}");
+            };
+            assert!(matches!(err, DecodeError::BadJson(_)), "{err:?}");
+        }
     }
 }

@@ -46,6 +46,12 @@ impl JsonScanner {
             }
             match b {
                 b' ' | b'\t' | b'\r' | b'\n' if !self.started => {}
+                b',' | b']' | b'}' if !self.started => {
+                    return Err(DecodeError::BadJson(format!(
+                        "unexpected {:?} between values",
+                        b as char
+                    )));
+                }
                 b' ' | b'\t' | b'\r' | b'\n' | b',' if self.depth == 0 => {
                     // End of a top-level scalar (`null`, a number, …).
                     self.pos -= 1;
