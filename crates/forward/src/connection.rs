@@ -355,6 +355,7 @@ async fn publish_events(
             timestamp_ns,
             attributes: Vec::new(),
             payload,
+            encoded: Default::default(),
         };
         let res = match group {
             Some(g) => ctx.hub.publish_acked(msg, g).await,

@@ -11,6 +11,7 @@
 pub mod ack;
 mod bus;
 pub mod config;
+pub mod encoded;
 pub mod hub;
 pub mod message;
 pub mod metrics;
@@ -22,6 +23,7 @@ mod trie;
 
 pub use ack::{AckGroup, AckToken, DeliveryError};
 pub use config::{ListenerConfig, OverflowPolicy, RouteConfig};
+pub use encoded::{EncodedForm, EncodedForms};
 pub use hub::{Hub, PublishError};
 pub use message::{Attributes, Message, SharedMessage};
 pub use metrics::{ConnectionGuard, HubMetrics, ListenerMetrics};

@@ -9,6 +9,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
+use crate::encoded::{EncodedForm, EncodedForms};
+
 /// Small ordered list of string attributes (S2S FlowFile attributes, Forward
 /// metadata). A `Vec` beats a map for the handful of entries messages carry.
 pub type Attributes = Vec<(String, String)>;
@@ -29,6 +31,10 @@ pub struct Message {
     pub attributes: Attributes,
     /// The body, reference-counted.
     pub payload: Bytes,
+    /// Transport encodings of this message, made once and shared by every
+    /// session it is delivered to (see [`Message::encoded`]). Build with
+    /// `Default::default()`; it never takes part in equality.
+    pub encoded: EncodedForms,
 }
 
 impl Message {
@@ -40,6 +46,7 @@ impl Message {
             timestamp_ns: now_ns(),
             attributes: Vec::new(),
             payload: payload.into(),
+            encoded: EncodedForms::default(),
         }
     }
 
@@ -59,6 +66,16 @@ impl Message {
     pub fn with_attribute(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.attributes.push((name.into(), value.into()));
         self
+    }
+
+    /// This message encoded as `form`: `encode` runs for the first session
+    /// that asks, every later one gets the same bytes.
+    pub fn encoded<E>(
+        &self,
+        form: EncodedForm,
+        encode: impl FnOnce(&Message) -> Result<Bytes, E>,
+    ) -> Result<Bytes, E> {
+        self.encoded.get_or_try_encode(form, || encode(self))
     }
 
     /// Looks an attribute up by name.

@@ -245,6 +245,7 @@ fn decode_message(r: &mut BodyReader) -> Result<Message, DecodeError> {
         timestamp_ns,
         attributes,
         payload: r.rest(),
+        encoded: Default::default(),
     })
 }
 

@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use tidegate_hub::message::now_ns;
-use tidegate_hub::{Hub, ListenerMetrics, Pattern, PublishError, Subscriber, SubscriberOptions};
+use tidegate_hub::{
+    EncodedForm, Hub, ListenerMetrics, Pattern, PublishError, Subscriber, SubscriberOptions,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -282,9 +284,18 @@ async fn write_loop(
             }
         }
         for m in msgs.drain(..) {
-            if let Err(e) = codec::encode_message(FrameType::Message, &m, &mut buf) {
-                ctx.metrics.error("unencodable_message");
-                tracing::debug!("wire: message on {} not deliverable: {e}", m.topic);
+            // Encoded once per message, whichever of its subscribers' writers
+            // gets there first; the others copy the shared bytes.
+            let frame = m.encoded(EncodedForm::WireMessage, |m| {
+                let mut one = BytesMut::new();
+                codec::encode_message(FrameType::Message, m, &mut one).map(|()| one.freeze())
+            });
+            match frame {
+                Ok(bytes) => buf.extend_from_slice(&bytes),
+                Err(e) => {
+                    ctx.metrics.error("unencodable_message");
+                    tracing::debug!("wire: message on {} not deliverable: {e}", m.topic);
+                }
             }
         }
         if !buf.is_empty() {

@@ -22,6 +22,7 @@ fn sample_message() -> Message {
         timestamp_ns: 0x0102030405060708,
         attributes: vec![("n".into(), "vv".into())],
         payload: Bytes::from_static(b"hi"),
+        encoded: Default::default(),
     }
 }
 
@@ -60,6 +61,7 @@ fn publish_without_key_or_attributes_golden() {
         timestamp_ns: 0,
         attributes: vec![],
         payload: Bytes::new(),
+        encoded: Default::default(),
     };
     check(
         Frame::Publish(m),

@@ -28,6 +28,7 @@ fn message() -> impl Strategy<Value = Message> {
             timestamp_ns,
             attributes,
             payload,
+            encoded: Default::default(),
         })
 }
 

@@ -1,0 +1,123 @@
+//! Encoded forms of a message, cached on the message itself so that a message
+//! delivered to a thousand sessions of one transport is encoded once and its
+//! bytes shared (DESIGN.md: "encode once").
+//!
+//! The slots are allocated on first use: a message nobody encodes (the common
+//! case on the Forward → Kafka path) pays one null pointer.
+
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+
+/// The transport forms a message can be encoded into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum EncodedForm {
+    /// A wire-protocol MESSAGE frame (header included).
+    WireMessage = 0,
+    /// An Engine.IO / Socket.IO packet.
+    SocketIo = 1,
+    /// A plain WebSocket text frame body.
+    WebSocket = 2,
+    /// A Site-to-Site data packet (attributes and content).
+    S2sPacket = 3,
+}
+
+const FORMS: usize = 4;
+
+/// The cache of encoded forms. Never part of a message's identity: clones
+/// start empty and equality ignores it.
+#[derive(Default)]
+pub struct EncodedForms {
+    slots: OnceLock<Box<[OnceLock<Bytes>; FORMS]>>,
+}
+
+impl EncodedForms {
+    /// The bytes of `form`, encoding them with `encode` only if no session
+    /// did so before. A failed encoding is not cached.
+    pub fn get_or_try_encode<E>(
+        &self,
+        form: EncodedForm,
+        encode: impl FnOnce() -> Result<Bytes, E>,
+    ) -> Result<Bytes, E> {
+        let slot = &self.slots.get_or_init(Default::default)[form as usize];
+        if let Some(b) = slot.get() {
+            return Ok(b.clone());
+        }
+        let bytes = encode()?;
+        // Two sessions may race to encode; both results are identical, so
+        // whichever lands first is kept.
+        Ok(slot.get_or_init(|| bytes).clone())
+    }
+
+    /// Whether `form` has been encoded already.
+    pub fn is_cached(&self, form: EncodedForm) -> bool {
+        self.slots
+            .get()
+            .is_some_and(|s| s[form as usize].get().is_some())
+    }
+}
+
+impl Clone for EncodedForms {
+    fn clone(&self) -> Self {
+        EncodedForms::default()
+    }
+}
+
+impl PartialEq for EncodedForms {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for EncodedForms {}
+
+impl std::fmt::Debug for EncodedForms {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EncodedForms")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_form_is_encoded_once_and_shared() {
+        let c = EncodedForms::default();
+        let mut calls = 0;
+        for _ in 0..3 {
+            let b = c
+                .get_or_try_encode::<()>(EncodedForm::WireMessage, || {
+                    calls += 1;
+                    Ok(Bytes::from_static(b"frame"))
+                })
+                .unwrap();
+            assert_eq!(&b[..], b"frame");
+        }
+        assert_eq!(calls, 1);
+        assert!(c.is_cached(EncodedForm::WireMessage));
+        assert!(!c.is_cached(EncodedForm::SocketIo));
+    }
+
+    #[test]
+    fn a_failed_encoding_is_not_cached() {
+        let c = EncodedForms::default();
+        assert_eq!(
+            c.get_or_try_encode(EncodedForm::S2sPacket, || Err("too long")),
+            Err("too long")
+        );
+        assert!(!c.is_cached(EncodedForm::S2sPacket));
+        let again =
+            c.get_or_try_encode::<()>(EncodedForm::S2sPacket, || Ok(Bytes::from_static(b"x")));
+        assert_eq!(again.unwrap(), Bytes::from_static(b"x"));
+    }
+
+    #[test]
+    fn clones_start_empty() {
+        let c = EncodedForms::default();
+        c.get_or_try_encode::<()>(EncodedForm::WebSocket, || Ok(Bytes::new()))
+            .unwrap();
+        assert!(!c.clone().is_cached(EncodedForm::WebSocket));
+    }
+}
