@@ -21,7 +21,7 @@ pub struct CommonArgs {
 #[derive(Debug)]
 pub enum Target {
     /// A `tidegate serve` this bench started.
-    Spawned(ServerUnderTest),
+    Spawned(Box<ServerUnderTest>),
     /// An address given with `--target`.
     External(SocketAddr),
 }
@@ -32,7 +32,7 @@ impl Target {
     pub fn resolve(common: &CommonArgs, extra_toml: &str) -> anyhow::Result<Target> {
         Ok(match common.target {
             Some(a) => Target::External(a),
-            None => Target::Spawned(ServerUnderTest::spawn(extra_toml)?),
+            None => Target::Spawned(Box::new(ServerUnderTest::spawn(extra_toml)?)),
         })
     }
 
