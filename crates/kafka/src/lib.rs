@@ -9,6 +9,8 @@
 //! - [`metrics`]: the sink's counters.
 //! - `testing` (feature `test-broker`): a real single-node broker for tests.
 
+#![warn(missing_docs)]
+
 pub mod config;
 pub mod delivery;
 pub mod metrics;
