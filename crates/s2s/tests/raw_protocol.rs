@@ -12,11 +12,13 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use common::{start, test_config};
 use parking_lot::Mutex;
-use tidegate_hub::{AckToken, Hub, Message, RouteConfig, RouteTable, SharedMessage, Sink, SinkFuture};
+use tidegate_hub::{
+    AckToken, Hub, Message, RouteConfig, RouteTable, SharedMessage, Sink, SinkFuture,
+};
 use tidegate_s2s::client::{ClientError, ClientOptions, RawClient};
 use tidegate_s2s::codec::{
-    encode_handshake, encode_packet, encode_request, encode_resource_offer, encode_response, DataPacket,
-    Handshake, RequestType, ResourceOffer, ResponseCode, CODEC_NAME, PROTOCOL_NAME,
+    encode_handshake, encode_packet, encode_request, encode_resource_offer, encode_response,
+    DataPacket, Handshake, RequestType, ResourceOffer, ResponseCode, CODEC_NAME, PROTOCOL_NAME,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -27,7 +29,10 @@ fn port_id(name: &str) -> String {
 
 fn pkt(attrs: &[(&str, &str)], content: &[u8]) -> DataPacket {
     DataPacket {
-        attributes: attrs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        attributes: attrs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         content: Bytes::copy_from_slice(content),
     }
 }
@@ -38,7 +43,9 @@ async fn client(addr: std::net::SocketAddr, gzip: bool) -> RawClient {
         timeout: Duration::from_secs(5),
         batch_count: None,
     };
-    RawClient::connect(addr, Some(&port_id("input")), opts).await.unwrap()
+    RawClient::connect(addr, Some(&port_id("input")), opts)
+        .await
+        .unwrap()
 }
 
 /// A sink that holds acknowledgements until released, can be made full,
@@ -100,7 +107,11 @@ async fn a_transaction_arrives_once_with_attributes_and_content() {
         let mut c = client(srv.raw, gzip).await;
         let big = vec![7u8; 300_000];
         let full = c
-            .send_transaction(&[pkt(&[("a", "1"), ("é", "☃")], b""), pkt(&[], b"x"), pkt(&[], &big)])
+            .send_transaction(&[
+                pkt(&[("a", "1"), ("é", "☃")], b""),
+                pkt(&[], b"x"),
+                pkt(&[], &big),
+            ])
             .await
             .unwrap();
         assert!(!full);
@@ -108,7 +119,10 @@ async fn a_transaction_arrives_once_with_attributes_and_content() {
         while got.len() < 3 {
             sub.recv_many(&mut got, 10).await.unwrap();
         }
-        assert_eq!(got[0].attributes, vec![("a".into(), "1".into()), ("é".into(), "☃".into())]);
+        assert_eq!(
+            got[0].attributes,
+            vec![("a".into(), "1".into()), ("é".into(), "☃".into())]
+        );
         assert_eq!(&got[1].payload[..], b"x");
         assert_eq!(&got[2].payload[..], &big[..]);
         assert!(sub.is_empty());
@@ -125,13 +139,27 @@ async fn golden_handshake_bytes_on_the_wire() {
     let mut s = TcpStream::connect(srv.raw).await.unwrap();
     let mut out = BytesMut::new();
     out.extend_from_slice(b"NiFi");
-    encode_resource_offer(&ResourceOffer { name: PROTOCOL_NAME.into(), version: 5 }, &mut out).unwrap();
+    encode_resource_offer(
+        &ResourceOffer {
+            name: PROTOCOL_NAME.into(),
+            version: 5,
+        },
+        &mut out,
+    )
+    .unwrap();
     s.write_all(&out).await.unwrap();
     let mut b = [0u8; 5];
     s.read_exact(&mut b).await.unwrap();
     assert_eq!(b, [0x15, 0, 0, 0, 6], "DIFFERENT_RESOURCE_VERSION 6");
     out.clear();
-    encode_resource_offer(&ResourceOffer { name: PROTOCOL_NAME.into(), version: 6 }, &mut out).unwrap();
+    encode_resource_offer(
+        &ResourceOffer {
+            name: PROTOCOL_NAME.into(),
+            version: 6,
+        },
+        &mut out,
+    )
+    .unwrap();
     s.write_all(&out).await.unwrap();
     let mut b = [0u8; 1];
     s.read_exact(&mut b).await.unwrap();
@@ -140,7 +168,10 @@ async fn golden_handshake_bytes_on_the_wire() {
     let hs = Handshake {
         comms_id: "c".into(),
         transit_uri: "nifi://x:1".into(),
-        properties: vec![("GZIP".into(), "false".into()), ("PORT_IDENTIFIER".into(), port_id("input"))],
+        properties: vec![
+            ("GZIP".into(), "false".into()),
+            ("PORT_IDENTIFIER".into(), port_id("input")),
+        ],
     };
     encode_handshake(&hs, &mut out).unwrap();
     s.write_all(&out).await.unwrap();
@@ -149,7 +180,14 @@ async fn golden_handshake_bytes_on_the_wire() {
     assert_eq!(&b, b"RC\x01", "PROPERTIES_OK");
     out.clear();
     encode_request(RequestType::NegotiateFlowfileCodec, &mut out);
-    encode_resource_offer(&ResourceOffer { name: CODEC_NAME.into(), version: 1 }, &mut out).unwrap();
+    encode_resource_offer(
+        &ResourceOffer {
+            name: CODEC_NAME.into(),
+            version: 1,
+        },
+        &mut out,
+    )
+    .unwrap();
     encode_request(RequestType::RequestPeerList, &mut out);
     s.write_all(&out).await.unwrap();
     let mut b = [0u8; 1 + 4 + 2 + 9 + 4 + 1 + 4];
@@ -196,7 +234,10 @@ async fn finished_waits_for_the_route_acknowledgement() {
     c.send(&pkt(&[], b"b")).await.unwrap();
     c.confirm().await.unwrap();
     let pending = tokio::time::timeout(Duration::from_millis(300), c.complete()).await;
-    assert!(pending.is_err(), "TRANSACTION_FINISHED before the sink acknowledged");
+    assert!(
+        pending.is_err(),
+        "TRANSACTION_FINISHED before the sink acknowledged"
+    );
     assert_eq!(sink.held.lock().len(), 2);
     sink.release();
     assert!(!c.complete().await.unwrap());
@@ -255,7 +296,10 @@ async fn bad_checksum_from_the_client_rolls_back() {
     assert_eq!(r.code, ResponseCode::ConfirmTransaction);
     c.write_raw(b"RC\x13");
     c.flush().await.unwrap();
-    assert!(c.read_response().await.is_err(), "the server closes after BAD_CHECKSUM");
+    assert!(
+        c.read_response().await.is_err(),
+        "the server closes after BAD_CHECKSUM"
+    );
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(sub.is_empty());
     assert_eq!(srv.ports.metrics().error_count("bad_checksum"), 1);
@@ -279,15 +323,32 @@ async fn cancel_rolls_back_and_keeps_the_connection() {
 fn client_bytes() -> (Vec<u8>, usize) {
     let mut out = BytesMut::new();
     out.extend_from_slice(b"NiFi");
-    encode_resource_offer(&ResourceOffer { name: PROTOCOL_NAME.into(), version: 6 }, &mut out).unwrap();
+    encode_resource_offer(
+        &ResourceOffer {
+            name: PROTOCOL_NAME.into(),
+            version: 6,
+        },
+        &mut out,
+    )
+    .unwrap();
     let hs = Handshake {
         comms_id: "c".into(),
         transit_uri: "nifi://x:1".into(),
-        properties: vec![("GZIP".into(), "false".into()), ("PORT_IDENTIFIER".into(), port_id("input"))],
+        properties: vec![
+            ("GZIP".into(), "false".into()),
+            ("PORT_IDENTIFIER".into(), port_id("input")),
+        ],
     };
     encode_handshake(&hs, &mut out).unwrap();
     encode_request(RequestType::NegotiateFlowfileCodec, &mut out);
-    encode_resource_offer(&ResourceOffer { name: CODEC_NAME.into(), version: 1 }, &mut out).unwrap();
+    encode_resource_offer(
+        &ResourceOffer {
+            name: CODEC_NAME.into(),
+            version: 1,
+        },
+        &mut out,
+    )
+    .unwrap();
     encode_request(RequestType::SendFlowfiles, &mut out);
     encode_packet(&pkt(&[("k", "v")], b"one"), &mut out);
     encode_response(ResponseCode::ContinueTransaction, None, &mut out);
@@ -313,7 +374,10 @@ async fn eof_at_every_point_of_a_transaction_rolls_back() {
             .await
             .expect("the server closes")
             .ok();
-        assert!(sub.is_empty(), "cut at {cut}: nothing may be published before the client's CONFIRM");
+        assert!(
+            sub.is_empty(),
+            "cut at {cut}: nothing may be published before the client's CONFIRM"
+        );
     }
     // The full stream commits both FlowFiles exactly once.
     let mut s = TcpStream::connect(srv.raw).await.unwrap();
@@ -336,9 +400,15 @@ async fn limits_close_the_connection_and_are_counted() {
     let sub = hub.subscribe("s2s.input").unwrap();
     let srv = start(cfg, hub.clone()).await;
     let mut c = client(srv.raw, false).await;
-    assert!(c.send_transaction(&[pkt(&[], b"01234567890")]).await.is_err());
+    assert!(c
+        .send_transaction(&[pkt(&[], b"01234567890")])
+        .await
+        .is_err());
     let mut c = client(srv.raw, false).await;
-    assert!(c.send_transaction(&[pkt(&[], b"a"), pkt(&[], b"b"), pkt(&[], b"c")]).await.is_err());
+    assert!(c
+        .send_transaction(&[pkt(&[], b"a"), pkt(&[], b"b"), pkt(&[], b"c")])
+        .await
+        .is_err());
     // 25,001 attributes: refused before any allocation.
     let mut c = client(srv.raw, false).await;
     c.begin_send().await.unwrap();
@@ -359,7 +429,10 @@ async fn a_silent_client_times_out() {
     let mut s = TcpStream::connect(srv.raw).await.unwrap();
     s.write_all(b"Ni").await.unwrap();
     let mut b = Vec::new();
-    tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut b)).await.unwrap().ok();
+    tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut b))
+        .await
+        .unwrap()
+        .ok();
     assert_eq!(srv.ports.metrics().error_count("read_timeout"), 1);
 }
 
@@ -372,8 +445,13 @@ async fn output_port_serves_and_requeues_on_bad_checksum() {
         timeout: Duration::from_secs(5),
         batch_count: Some(2),
     };
-    let mut c = RawClient::connect(srv.raw, Some(&port_id("output")), opts).await.unwrap();
-    assert!(c.receive_transaction().await.unwrap().is_empty(), "NO_MORE_DATA");
+    let mut c = RawClient::connect(srv.raw, Some(&port_id("output")), opts)
+        .await
+        .unwrap();
+    assert!(
+        c.receive_transaction().await.unwrap().is_empty(),
+        "NO_MORE_DATA"
+    );
     for i in 0..3 {
         hub.publish(Message::new("s2s.output", format!("m{i}")).with_attribute("i", i.to_string()))
             .await
@@ -393,14 +471,18 @@ async fn output_port_serves_and_requeues_on_bad_checksum() {
     drop(c);
     assert_eq!(srv.ports.metrics().error_count("bad_checksum"), 1);
     // EOF mid-transaction also requeues.
-    let mut c = RawClient::connect(srv.raw, Some(&port_id("output")), ClientOptions::default()).await.unwrap();
+    let mut c = RawClient::connect(srv.raw, Some(&port_id("output")), ClientOptions::default())
+        .await
+        .unwrap();
     let (b, _) = c.receive_packets().await.unwrap();
     assert_eq!(b.len(), 1);
     drop(c);
     tokio::time::sleep(Duration::from_millis(100)).await;
     // m2 went back to the queue when the connection dropped mid-transaction.
     let opts = ClientOptions::default();
-    let mut c = RawClient::connect(srv.raw, Some(&port_id("output")), opts).await.unwrap();
+    let mut c = RawClient::connect(srv.raw, Some(&port_id("output")), opts)
+        .await
+        .unwrap();
     let b = c.receive_transaction().await.unwrap();
     assert_eq!(b.len(), 1);
     assert_eq!(&b[0].content[..], b"m2");

@@ -280,18 +280,32 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RawClient<S> {
         match r.code {
             ResponseCode::NoMoreData => return Ok((Vec::new(), String::new())),
             ResponseCode::MoreData => {}
-            other => return Err(ClientError::Protocol(format!("expected MORE_DATA, got {other:?}"))),
+            other => {
+                return Err(ClientError::Protocol(format!(
+                    "expected MORE_DATA, got {other:?}"
+                )))
+            }
         }
         let mut crc = crc32fast::Hasher::new();
         let mut out = Vec::new();
         loop {
-            let (p, _) = self.io.read_packet(self.opts.gzip, &limits, &mut crc, t).await?;
+            let (p, _) = self
+                .io
+                .read_packet(self.opts.gzip, &limits, &mut crc, t)
+                .await?;
             out.push(p);
-            let r = self.io.read(decode_response, t, "CONTINUE or FINISH").await?;
+            let r = self
+                .io
+                .read(decode_response, t, "CONTINUE or FINISH")
+                .await?;
             match r.code {
                 ResponseCode::ContinueTransaction => continue,
                 ResponseCode::FinishTransaction => break,
-                other => return Err(ClientError::Protocol(format!("expected CONTINUE/FINISH, got {other:?}"))),
+                other => {
+                    return Err(ClientError::Protocol(format!(
+                        "expected CONTINUE/FINISH, got {other:?}"
+                    )))
+                }
             }
         }
         Ok((out, crc.finalize().to_string()))
@@ -301,7 +315,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RawClient<S> {
     /// `CONFIRM` sends `TRANSACTION_FINISHED`.
     pub async fn confirm_receive(&mut self, crc: &str) -> Result<(), ClientError> {
         let t = self.opts.timeout;
-        encode_response(ResponseCode::ConfirmTransaction, Some(crc), &mut self.io.wbuf);
+        encode_response(
+            ResponseCode::ConfirmTransaction,
+            Some(crc),
+            &mut self.io.wbuf,
+        );
         self.io.flush().await?;
         let r = self.io.read(decode_response, t, "CONFIRM").await?;
         match r.code {
@@ -312,7 +330,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RawClient<S> {
                     theirs: "(server reported BAD_CHECKSUM)".into(),
                 })
             }
-            other => return Err(ClientError::Protocol(format!("expected CONFIRM, got {other:?}"))),
+            other => {
+                return Err(ClientError::Protocol(format!(
+                    "expected CONFIRM, got {other:?}"
+                )))
+            }
         }
         encode_response(ResponseCode::TransactionFinished, None, &mut self.io.wbuf);
         self.io.flush().await?;

@@ -41,3 +41,83 @@ pub type Decoded<T> = Result<Option<(T, usize)>, CodecError>;
 pub fn checksum_string(crc: &crc32fast::Hasher) -> String {
     crc.clone().finalize().to_string()
 }
+
+#[cfg(test)]
+mod proptests {
+    use bytes::{Bytes, BytesMut};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn attrs() -> impl Strategy<Value = Vec<(String, String)>> {
+        prop::collection::vec((".{0,20}", ".{0,40}"), 0..8)
+    }
+
+    proptest! {
+        #[test]
+        fn packets_round_trip(a in attrs(), content in prop::collection::vec(any::<u8>(), 0..5000), gzip in any::<bool>()) {
+            let p = DataPacket { attributes: a, content: Bytes::from(content) };
+            let mut plain = BytesMut::new();
+            encode_packet(&p, &mut plain);
+            let mut wire = BytesMut::new();
+            if gzip { encode_compressed(&plain, &mut wire) } else { wire.extend_from_slice(&plain) }
+            let total = wire.len();
+            let mut crc = crc32fast::Hasher::new();
+            let (q, n) = split_packet(&mut wire, gzip, &PacketLimits::default(), &mut crc).unwrap().unwrap();
+            prop_assert_eq!(q, p);
+            prop_assert_eq!(n, plain.len());
+            prop_assert!(wire.is_empty());
+            prop_assert_eq!(crc.finalize(), crc32fast::hash(&plain));
+            prop_assert!(total > 0);
+        }
+
+        #[test]
+        fn handshakes_round_trip(id in ".{0,40}", uri in ".{0,40}", props in attrs()) {
+            let h = Handshake { comms_id: id, transit_uri: uri, properties: props };
+            let mut out = BytesMut::new();
+            encode_handshake(&h, &mut out).unwrap();
+            let (g, n) = decode_handshake(&out).unwrap().unwrap();
+            prop_assert_eq!(g, h);
+            prop_assert_eq!(n, out.len());
+        }
+
+        #[test]
+        fn utf_round_trips(s in ".{0,300}") {
+            let mut out = BytesMut::new();
+            encode_utf(&s, &mut out).unwrap();
+            prop_assert_eq!(decode_utf(&out).unwrap().unwrap(), (s, out.len()));
+        }
+
+        #[test]
+        fn responses_round_trip(b in any::<u8>(), msg in ".{0,50}") {
+            if let Some(code) = ResponseCode::from_byte(b) {
+                let mut out = BytesMut::new();
+                encode_response(code, Some(&msg), &mut out);
+                let (r, n) = decode_response(&out).unwrap().unwrap();
+                prop_assert_eq!(r.code, code);
+                prop_assert_eq!(n, out.len());
+                if code.has_message() { prop_assert_eq!(r.message, Some(msg)); }
+            }
+        }
+
+        #[test]
+        fn peer_lists_round_trip(hosts in prop::collection::vec(("[a-z.]{1,20}", any::<i32>(), any::<bool>(), any::<i32>()), 0..5)) {
+            let peers: Vec<PeerInfo> = hosts.into_iter().map(|(host, port, secure, flow_file_count)| PeerInfo { host, port, secure, flow_file_count }).collect();
+            let mut out = BytesMut::new();
+            encode_peer_list(&peers, &mut out).unwrap();
+            prop_assert_eq!(decode_peer_list(&out).unwrap().unwrap(), (peers, out.len()));
+        }
+
+        #[test]
+        fn decoders_never_panic_on_garbage(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+            let l = PacketLimits::default();
+            let _ = decode_packet(&bytes, &l);
+            let _ = decode_compressed_packet(&bytes, &l);
+            let _ = decode_handshake(&bytes);
+            let _ = decode_response(&bytes);
+            let _ = decode_request(&bytes);
+            let _ = decode_peer_list(&bytes);
+            let _ = decode_resource_offer(&bytes);
+        }
+    }
+}
