@@ -6,22 +6,21 @@
 
 use std::sync::Arc;
 
+use crate::room::Room;
+use crate::KafkaMetrics;
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryResult, ProducerContext};
 use tidegate_hub::{AckToken, DeliveryError};
-use tokio::sync::Semaphore;
-
-use crate::KafkaMetrics;
 
 /// The sink name used in acknowledgement errors.
 pub const SINK_NAME: &str = "kafka";
 
 /// Completes tokens from delivery reports.
 pub struct DeliveryContext {
-    /// One permit per message that may still be handed over.
-    pub(crate) room: Arc<Semaphore>,
+    /// The bound on handed-over messages; each report gives a place back.
+    pub(crate) room: Arc<Room>,
     /// Shared counters.
     pub(crate) metrics: KafkaMetrics,
 }
@@ -29,8 +28,7 @@ pub struct DeliveryContext {
 impl DeliveryContext {
     /// Reports the fate of one handed-over message and frees its room.
     pub(crate) fn settle(&self, token: AckToken, result: Result<(), String>) {
-        self.metrics.in_flight.dec();
-        self.room.add_permits(1);
+        self.room.give_back();
         match result {
             Ok(()) => {
                 self.metrics.delivered.inc();

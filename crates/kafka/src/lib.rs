@@ -6,6 +6,7 @@
 //! - [`topic`]: hub topic → Kafka topic name.
 //! - [`sink`]: [`KafkaSink`], the [`tidegate_hub::Sink`] itself.
 //! - [`delivery`]: delivery reports → acknowledgement tokens.
+//! - [`room`]: the bound on unacknowledged messages (backpressure).
 //! - [`metrics`]: the sink's counters.
 //! - `testing` (feature `test-broker`): a real single-node broker for tests.
 
@@ -14,6 +15,7 @@
 pub mod config;
 pub mod delivery;
 pub mod metrics;
+pub mod room;
 pub mod sink;
 #[cfg(feature = "test-broker")]
 pub mod testing;

@@ -22,9 +22,9 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use thiserror::Error;
 use tidegate_hub::{AckToken, HubMetrics, SharedMessage, Sink, SinkFuture};
-use tokio::sync::Semaphore;
 
 use crate::delivery::{DeliveryContext, SINK_NAME};
+use crate::room::Room;
 use crate::{ConfigError, KafkaConfig, KafkaMetrics, TopicMapper};
 
 /// How long `send` sleeps before retrying when librdkafka's own queue is full.
@@ -45,7 +45,7 @@ pub enum KafkaSinkError {
 pub struct KafkaSink {
     producer: Arc<ThreadedProducer<DeliveryContext>>,
     topics: TopicMapper,
-    room: Arc<Semaphore>,
+    room: Arc<Room>,
     metrics: KafkaMetrics,
 }
 
@@ -53,7 +53,7 @@ impl std::fmt::Debug for KafkaSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KafkaSink")
             .field("topics", &self.topics)
-            .field("room", &self.room.available_permits())
+            .field("in_flight", &self.room.taken())
             .finish_non_exhaustive()
     }
 }
@@ -63,8 +63,11 @@ impl KafkaSink {
     /// broker makes sends wait, not this call fail).
     pub fn new(config: KafkaConfig) -> Result<Self, KafkaSinkError> {
         let client_config = config.client_config()?;
-        let room = Arc::new(Semaphore::new(config.queue_max_messages));
         let metrics = KafkaMetrics::default();
+        let room = Arc::new(Room::new(
+            config.queue_max_messages,
+            metrics.in_flight.clone(),
+        ));
         let context = DeliveryContext {
             room: room.clone(),
             metrics: metrics.clone(),
@@ -90,21 +93,17 @@ impl KafkaSink {
 
     /// Messages handed over and not yet acknowledged.
     pub fn in_flight(&self) -> i64 {
-        self.metrics.in_flight.get()
+        self.room.taken()
     }
 
     async fn produce(&self, msg: SharedMessage, ack: AckToken) {
-        // The permit is held (not yet forgotten) until librdkafka took the
-        // record: a send cancelled while waiting gives its room back.
-        let permit = match self.room.try_acquire() {
-            Ok(p) => p,
-            Err(_) => {
+        // The place is held by a guard until librdkafka took the record: a
+        // send cancelled while waiting gives it back.
+        let place = match self.room.try_take() {
+            Some(p) => p,
+            None => {
                 self.metrics.queue_full_waits.inc();
-                match self.room.acquire().await {
-                    Ok(p) => p,
-                    // The semaphore is never closed; fail rather than panic.
-                    Err(_) => return fail(ack, &self.metrics, "producer closed".into()),
-                }
+                self.room.take().await
             }
         };
         let topic = self.topics.map(&msg.topic);
@@ -129,24 +128,20 @@ impl KafkaSink {
             record = record.headers(headers);
         }
         loop {
-            // Counted before the hand-over: the delivery report may run on
-            // the polling thread before `send` returns.
-            self.metrics.in_flight.inc();
             match self.producer.send(record) {
                 Ok(()) => {
-                    // From here the delivery report returns the room.
-                    permit.forget();
+                    // From here the delivery report gives the place back.
+                    place.hand_over();
                     self.metrics.produced.inc();
                     return;
                 }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    tokio::time::sleep(QUEUE_FULL_RETRY).await;
+                }
                 Err((e, back)) => {
-                    self.metrics.in_flight.dec();
-                    if let KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull) = e {
-                        record = back;
-                        tokio::time::sleep(QUEUE_FULL_RETRY).await;
-                        continue;
-                    }
-                    // Never handed over: the permit returns the room on drop.
+                    // Never handed over: the guard gives the place back.
+                    drop(place);
                     return fail(*back.delivery_opaque, &self.metrics, e.to_string());
                 }
             }
@@ -172,7 +167,7 @@ impl Sink for KafkaSink {
     }
 
     fn is_full(&self) -> bool {
-        self.room.available_permits() == 0
+        self.room.is_full()
     }
 
     fn flush(&self, timeout: Duration) -> SinkFuture<'_> {
