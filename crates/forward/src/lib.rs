@@ -9,6 +9,8 @@
 //! - [`handshake`]: HELO / PING / PONG.
 //! - [`client`]: the sending side.
 
+#![deny(missing_docs)]
+
 pub mod client;
 pub mod codec;
 pub mod config;
