@@ -122,6 +122,7 @@ where
         topics: TopicMapper::new(&cfg.topic_prefix),
         inflight: FuturesUnordered::new(),
         out: Vec::new(),
+        failure: None,
     };
     let max_inflight = cfg.max_inflight_chunks.max(1);
     let mut eof = false;
@@ -140,9 +141,10 @@ where
                 tracing::debug!(%peer, bytes = buf.len(), "forward: connection closed mid-message");
             }
             while let Some((chunk, res)) = conn.inflight.next().await {
-                conn.queue_ack(&chunk, res)?;
+                conn.queue_ack(&chunk, res);
             }
-            return conn.flush(&mut stream).await;
+            conn.flush(&mut stream).await?;
+            return conn.take_failure();
         }
         let can_read = !eof && conn.inflight.len() < max_inflight;
         tokio::select! {
@@ -151,20 +153,22 @@ where
                 let grace = Duration::from_millis(cfg.shutdown_drain_ms);
                 let drain = async {
                     while let Some((chunk, res)) = conn.inflight.next().await {
-                        conn.queue_ack(&chunk, res)?;
+                        conn.queue_ack(&chunk, res);
                     }
-                    Ok::<(), ConnectionError>(())
                 };
                 let _ = tokio::time::timeout(grace, drain).await;
-                return conn.flush(&mut stream).await;
+                conn.flush(&mut stream).await?;
+                return conn.take_failure();
             }
             Some((chunk, res)) = conn.inflight.next(), if !conn.inflight.is_empty() => {
-                conn.queue_ack(&chunk, res)?;
+                conn.queue_ack(&chunk, res);
                 // Batch every other ack already done into the same write.
                 while let Some(Some((chunk, res))) = conn.inflight.next().now_or_never() {
-                    conn.queue_ack(&chunk, res)?;
+                    conn.queue_ack(&chunk, res);
                 }
+                // Delivered chunks are acked even when another one failed.
                 conn.flush(&mut stream).await?;
+                conn.take_failure()?;
             }
             r = read_more(&mut stream, &mut buf, cfg.read_buffer_bytes, conn.decoder.needed()), if can_read => {
                 if r? == 0 {
@@ -237,6 +241,7 @@ struct Connection {
     topics: TopicMapper,
     inflight: FuturesUnordered<AckFuture>,
     out: Vec<u8>,
+    failure: Option<ConnectionError>,
 }
 
 impl Connection {
@@ -297,16 +302,14 @@ impl Connection {
         Ok(())
     }
 
-    /// Queues the ack of a chunk whose wait ended well; a failure ends the
-    /// connection without that ack.
-    fn queue_ack(
-        &mut self,
-        chunk: &str,
-        res: Result<(), ConnectionError>,
-    ) -> Result<(), ConnectionError> {
+    /// Queues the ack of a chunk whose wait ended well; a failed chunk is
+    /// never acked and its error, once the acks of the others are written,
+    /// ends the connection ([`Self::take_failure`]).
+    fn queue_ack(&mut self, chunk: &str, res: Result<(), ConnectionError>) {
         if let Err(e) = res {
             self.ctx.counters.chunks_failed.inc();
-            return Err(e);
+            self.failure.get_or_insert(e);
+            return;
         }
         self.ctx.counters.chunks_acked.inc();
         if self.decoder.syntax() == Syntax::Json {
@@ -314,7 +317,14 @@ impl Connection {
         } else {
             write_ack(&mut self.out, chunk);
         }
-        Ok(())
+    }
+
+    /// The first delivery failure seen, which closes the connection.
+    fn take_failure(&mut self) -> Result<(), ConnectionError> {
+        match self.failure.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     async fn flush<S: AsyncWrite + Unpin>(

@@ -227,3 +227,54 @@ async fn reading_pauses_while_the_in_flight_bound_is_reached() {
     assert_eq!(acked, vec!["c0", "c1", "c2", "c3", "c4"]);
     assert_eq!(hub.metrics().published.get(), 50);
 }
+
+/// Fails messages on `logs.bad`, acknowledges everything else.
+struct SelectiveSink;
+
+impl Sink for SelectiveSink {
+    fn name(&self) -> &str {
+        "selective"
+    }
+    fn send(&self, msg: SharedMessage, ack: AckToken) -> SinkFuture<'_> {
+        if msg.topic == "logs.bad" {
+            ack.complete(Err(DeliveryError::Failed {
+                sink: "selective".into(),
+                reason: "refused".into(),
+            }));
+        } else {
+            ack.succeed();
+        }
+        Box::pin(async {})
+    }
+}
+
+#[tokio::test]
+async fn delivered_chunks_are_acked_before_a_failed_one_closes_the_connection() {
+    let srv = start(hub_with(Arc::new(SelectiveSink)), config()).await;
+    let mut c = ForwardClient::connect(srv.addr, ClientOptions::default())
+        .await
+        .unwrap();
+    // Both chunks in one write, so both complete in the same poll.
+    let rec = record(1);
+    let mut bytes = Vec::new();
+    for (tag, chunk) in [("good", "g1"), ("bad", "b1")] {
+        let opt = tidegate_forward::codec::encode::MessageOption {
+            chunk: Some(chunk),
+            ..Default::default()
+        };
+        tidegate_forward::codec::encode::write_message(
+            &mut bytes,
+            tag,
+            EventTime::new(1, 0),
+            tidegate_forward::codec::encode::TimeForm::FixExt8,
+            &rec,
+            &opt,
+        );
+    }
+    c.send_raw(&bytes).await.unwrap();
+    c.wait_ack("g1", WAIT).await.unwrap();
+    assert!(
+        c.read_ack().await.is_err(),
+        "the failed chunk must not be acked"
+    );
+}
