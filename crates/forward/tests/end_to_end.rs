@@ -178,3 +178,77 @@ async fn shutdown_stops_accepting_and_ends_the_server_within_its_grace() {
         "still accepting after shutdown"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_chunks_over_several_connections_all_arrive_and_are_acked() {
+    use std::collections::HashSet;
+    use tidegate_forward::codec::encode::{
+        packed_entries, write_packed_forward, EntriesWrap, MessageOption,
+    };
+    const CONNS: usize = 4;
+    const CHUNKS: usize = 50;
+    const PER_CHUNK: usize = 20;
+    let hub = Hub::default();
+    let mut sub = subscribe(&hub, "logs.>", CONNS * CHUNKS * PER_CHUNK);
+    let srv = start(
+        hub,
+        ForwardConfig {
+            max_inflight_chunks: 4,
+            ..config()
+        },
+    )
+    .await;
+    let mut tasks = Vec::new();
+    for conn in 0..CONNS {
+        let c = ForwardClient::connect(srv.addr, ClientOptions::default())
+            .await
+            .unwrap();
+        tasks.push(tokio::spawn(async move {
+            let (mut w, mut r) = c.into_split();
+            let reader = tokio::spawn(async move {
+                let mut acked = HashSet::new();
+                while acked.len() < CHUNKS {
+                    acked.insert(r.next_ack().await.unwrap());
+                }
+                acked
+            });
+            for k in 0..CHUNKS {
+                let recs: Vec<Vec<u8>> = (0..PER_CHUNK)
+                    .map(|i| record((conn * CHUNKS + k) * PER_CHUNK + i))
+                    .collect();
+                let entries: Vec<(EventTime, &[u8])> = recs
+                    .iter()
+                    .map(|r| (EventTime::new(1, 0), r.as_slice()))
+                    .collect();
+                let chunk = format!("{conn}-{k}");
+                let mut frame = Vec::new();
+                let opt = MessageOption {
+                    chunk: Some(&chunk),
+                    ..Default::default()
+                };
+                write_packed_forward(
+                    &mut frame,
+                    "p",
+                    &packed_entries(&entries, TimeForm::FixExt8),
+                    EntriesWrap::Str32,
+                    &opt,
+                );
+                w.write_all(&frame).await.unwrap();
+            }
+            let acked = tokio::time::timeout(ACK_WAIT, reader)
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(acked.len(), CHUNKS);
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let got = recv_n(&mut sub, CONNS * CHUNKS * PER_CHUNK).await;
+    let ids: HashSet<u64> = got
+        .iter()
+        .map(|m| json_of(m)["i"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids.len(), CONNS * CHUNKS * PER_CHUNK);
+}
