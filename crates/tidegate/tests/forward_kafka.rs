@@ -47,7 +47,11 @@ impl Drop for Pipeline {
 }
 
 async fn pipeline(bootstrap: String) -> Pipeline {
-    let sink = Arc::new(KafkaSink::new(KafkaConfig::for_brokers(bootstrap)).expect("kafka sink"));
+    pipeline_with(KafkaConfig::for_brokers(bootstrap)).await
+}
+
+async fn pipeline_with(config: KafkaConfig) -> Pipeline {
+    let sink = Arc::new(KafkaSink::new(config).expect("kafka sink"));
     let routes = RouteTable::build(
         &[RouteConfig {
             topics: "logs.>".into(),
@@ -426,4 +430,68 @@ async fn kill_9_of_tidegate_mid_stream_keeps_every_acknowledged_chunk() {
         missing.len(),
         &missing[..missing.len().min(5)]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_broker_stops_reading_instead_of_growing_memory() {
+    // Nothing listens on this port: every message waits in the producer.
+    let dead = free_addr();
+    let p = pipeline_with(KafkaConfig {
+        queue_max_messages: 1_000,
+        ..KafkaConfig::for_brokers(dead.to_string())
+    })
+    .await;
+    let client = ForwardClient::connect(p.addr, ClientOptions::default())
+        .await
+        .unwrap();
+    let (mut writer, mut acks) = client.into_split();
+    let rec = record_from_json(&json!({"run": "dead", "msg": "x".repeat(60)}));
+    let entries: Vec<(EventTime, &[u8])> = vec![(EventTime::now(), &rec[..]); 100];
+    let written = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let writing = {
+        let written = written.clone();
+        let packed = tidegate_forward::codec::encode::packed_entries(
+            &entries,
+            tidegate_forward::codec::encode::TimeForm::FixExt8,
+        );
+        tokio::spawn(async move {
+            for c in 0u64.. {
+                let chunk = format!("dead-{c}");
+                let mut frame = Vec::new();
+                tidegate_forward::codec::encode::write_packed_forward(
+                    &mut frame,
+                    "logs.dead",
+                    &packed,
+                    tidegate_forward::codec::encode::EntriesWrap::Str32,
+                    &tidegate_forward::codec::encode::MessageOption {
+                        chunk: Some(&chunk),
+                        size: Some(100),
+                        gzip: false,
+                    },
+                );
+                if writer.write_all(&frame).await.is_err() {
+                    return;
+                }
+                written.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        })
+    };
+    // No ack: nothing reached a broker.
+    assert!(
+        tokio::time::timeout(Duration::from_secs(3), acks.next_ack())
+            .await
+            .is_err(),
+        "an ack without a broker"
+    );
+    // The client is held back: its writes stop once the server stops reading
+    // and the socket buffers are full; the producer holds at most the bound.
+    let at_3s = written.load(std::sync::atomic::Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let at_5s = written.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(at_3s, at_5s, "the client kept writing: nothing pushed back");
+    assert!(at_3s > 10, "the client got going ({at_3s} chunks)");
+    assert!(p.sink.is_full());
+    assert_eq!(p.sink.in_flight(), 1_000);
+    assert_eq!(p.sink.metrics().delivered.get(), 0);
+    writing.abort();
 }
