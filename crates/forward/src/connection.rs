@@ -129,7 +129,7 @@ where
     loop {
         while conn.inflight.len() < max_inflight {
             conn.events.clear();
-            let Some(frame) = conn.decoder.decode(&mut buf, &mut conn.events)? else {
+            let Some(frame) = decode_next(&mut conn.decoder, &mut buf, &mut conn.events)? else {
                 break;
             };
             conn.handle_frame(frame, peer).await?;
@@ -177,6 +177,40 @@ where
             }
         }
     }
+}
+
+/// Values above this size (or gzip-compressed ones, which may inflate to
+/// `max_decompressed_bytes`) are decoded inside `block_in_place`.
+const BLOCKING_DECODE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Cuts and decodes the next frame. A value that may take long to decode (a
+/// large chunk, or any gzip chunk) is decoded inside `block_in_place` when the
+/// runtime has several workers, so other connections keep being served.
+fn decode_next(
+    decoder: &mut ForwardDecoder,
+    buf: &mut BytesMut,
+    events: &mut Vec<Event>,
+) -> Result<Option<Frame>, DecodeError> {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let Some(value) = decoder.next_value(buf)? else {
+        return Ok(None);
+    };
+    let slow = value.len() >= BLOCKING_DECODE_BYTES || names_gzip(&value);
+    let multi =
+        || Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+    let frame = if slow && multi() {
+        tokio::task::block_in_place(|| decoder.decode_value(&value, events))
+    } else {
+        decoder.decode_value(&value, events)
+    }?;
+    Ok(Some(frame))
+}
+
+/// Whether the option map at the end of a message says `"gzip"` (a cheap
+/// look at its last bytes, only to choose where to decode).
+fn names_gzip(value: &[u8]) -> bool {
+    let tail = &value[value.len().saturating_sub(64)..];
+    tail.windows(5).any(|w| w == b"\xa4gzip")
 }
 
 /// Reads once into `buf`, growing it for at least `chunk` bytes or up to

@@ -252,3 +252,26 @@ async fn pipelined_chunks_over_several_connections_all_arrive_and_are_acked() {
         .collect();
     assert_eq!(ids.len(), CONNS * CHUNKS * PER_CHUNK);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunks_decoded_in_block_in_place_are_delivered_and_acked() {
+    const N: usize = 60_000; // ~5 MiB of entries: above the blocking-decode threshold
+    let hub = Hub::default();
+    let srv = start(hub.clone(), config()).await;
+    let mut c = ForwardClient::connect(srv.addr, ClientOptions::default())
+        .await
+        .unwrap();
+    let rec = record(123_456);
+    let entries: Vec<(EventTime, &[u8])> = (0..N)
+        .map(|_| (EventTime::new(1, 0), rec.as_slice()))
+        .collect();
+    c.send_compressed_packed_forward("big", &entries, Some("big"))
+        .await
+        .unwrap();
+    c.send_packed_forward("big", &entries, Some("big2"))
+        .await
+        .unwrap();
+    c.wait_ack("big", ACK_WAIT).await.unwrap();
+    c.wait_ack("big2", ACK_WAIT).await.unwrap();
+    assert_eq!(hub.metrics().published.get(), 2 * N as u64);
+}

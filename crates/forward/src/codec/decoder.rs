@@ -104,11 +104,15 @@ impl ForwardDecoder {
         let Some(value) = self.next_value(buf)? else {
             return Ok(None);
         };
-        let frame = match self.syntax {
-            Syntax::Json => decode_json_frame(&value, out)?,
-            _ => decode_frame(&value, &self.limits, out)?,
-        };
-        Ok(Some(frame))
+        self.decode_value(&value, out).map(Some)
+    }
+
+    /// Decodes one complete value cut by [`Self::next_value`].
+    pub fn decode_value(&self, value: &Bytes, out: &mut Vec<Event>) -> Result<Frame, DecodeError> {
+        match self.syntax {
+            Syntax::Json => decode_json_frame(value, out),
+            _ => decode_frame(value, &self.limits, out),
+        }
     }
 }
 
