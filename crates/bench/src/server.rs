@@ -52,12 +52,22 @@ impl ServerUnderTest {
     /// listeners' `listen` keys), waits until its listeners accept, and starts
     /// sampling it.
     pub fn spawn(extra_toml: &str) -> anyhow::Result<Self> {
+        // Hold every probe socket until all five ports are chosen: released
+        // one at a time, the kernel may hand the same port out twice.
+        let probes = (0..5)
+            .map(|_| TcpListener::bind("127.0.0.1:0"))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let ports = probes
+            .iter()
+            .map(TcpListener::local_addr)
+            .collect::<std::io::Result<Vec<_>>>()?;
+        drop(probes);
         let addrs = ServerAddrs {
-            http: free_port()?,
-            wire: free_port()?,
-            sockperf: free_port()?,
-            forward: free_port()?,
-            s2s: free_port()?,
+            http: ports[0],
+            wire: ports[1],
+            sockperf: ports[2],
+            forward: ports[3],
+            s2s: ports[4],
         };
         let dir = TempDir::new()?;
         let config = format!(
