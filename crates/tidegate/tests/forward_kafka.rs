@@ -27,7 +27,9 @@ use tidegate_kafka::testing::{fluency_classpath, java_dir, read_topic, record_co
 use tidegate_kafka::{KafkaConfig, KafkaSink};
 use tokio_util::sync::CancellationToken;
 
-const EXE: &str = env!("CARGO_BIN_EXE_tidegate");
+mod common;
+
+use common::{free_addr, Served};
 
 fn shared_broker() -> &'static TestBroker {
     TestBroker::shared().expect("start the test broker (run scripts/setup/kafka.sh)")
@@ -266,12 +268,17 @@ async fn a_broker_killed_mid_stream_gets_no_false_acks_and_loses_nothing() {
     drop(broker);
 }
 
-/// A free loopback address.
-fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+/// `tidegate serve` with only the Forward listener, routing `logs.>` to Kafka.
+fn serve(forward: SocketAddr, bootstrap: &str) -> Served {
+    common::serve(&format!(
+        "[http]\nenabled = false\n\
+         [wire]\nenabled = false\n\
+         [sockperf]\nenabled = false\n\
+         [s2s]\nenabled = false\n\
+         [forward]\nlisten = \"{forward}\"\nudp_heartbeat = false\n\
+         [sinks.kafka]\nbrokers = \"{bootstrap}\"\n\
+         [[routes]]\ntopics = \"logs.>\"\nsink = \"kafka\"\n"
+    ))
 }
 
 fn now_ms() -> i64 {
@@ -279,46 +286,6 @@ fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64
-}
-
-/// `tidegate serve` as a child process, killed with SIGKILL on drop.
-struct Served {
-    child: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(forward: SocketAddr, bootstrap: &str) -> Served {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("tidegate.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[http]\nenabled = false\n\
-             [wire]\nenabled = false\n\
-             [sockperf]\nenabled = false\n\
-             [s2s]\nenabled = false\n\
-             [forward]\nlisten = \"{forward}\"\nudp_heartbeat = false\n\
-             [sinks.kafka]\nbrokers = \"{bootstrap}\"\n\
-             [[routes]]\ntopics = \"logs.>\"\nsink = \"kafka\"\n"
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
-    let child = Command::new(EXE)
-        .args(["serve", "--config"])
-        .arg(&config)
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("run tidegate serve");
-    Served { child, _dir: dir }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,8 +6,7 @@
 //! otherwise.
 
 use std::collections::HashSet;
-use std::net::{SocketAddr, TcpListener};
-use std::process::{Child, Command};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,57 +16,27 @@ use tidegate_kafka::testing::{read_topic, TestBroker};
 use tidegate_s2s::client::{discover, ClientOptions, RawClient};
 use tidegate_s2s::codec::DataPacket;
 
-const EXE: &str = env!("CARGO_BIN_EXE_tidegate");
+mod common;
+
+use common::{free_addr, Served};
+
 const PER_TX: usize = 10;
 /// Transactions finished before the kill (the stream goes on past it).
 const FINISHED_BEFORE_KILL: usize = 40;
 
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-/// A `tidegate serve` child, killed with SIGKILL when dropped.
-struct Served {
-    child: Child,
-    dir: tempfile::TempDir,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
+/// `tidegate serve` with HTTP (discovery) and the S2S RAW listener, routing
+/// `s2s.>` to Kafka topic `kafka_topic`.
 fn serve(http: SocketAddr, raw: SocketAddr, bootstrap: &str, kafka_topic: &str) -> Served {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("tidegate.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[http]\nlisten = \"{http}\"\n\
-             [wire]\nenabled = false\n\
-             [sockperf]\nenabled = false\n\
-             [forward]\nenabled = false\n\
-             [s2s]\nlisten = \"{raw}\"\n\
-             [[s2s.input_ports]]\nname = \"input\"\ntopic = \"s2s.kill9\"\n\
-             [sinks.kafka]\nbrokers = \"{bootstrap}\"\ntopic = \"{kafka_topic}\"\n\
-             [[routes]]\ntopics = \"s2s.>\"\nsink = \"kafka\"\n"
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
-    let child = Command::new(EXE)
-        .args(["serve", "--config"])
-        .arg(&config)
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("run tidegate serve");
-    Served { child, dir }
+    common::serve(&format!(
+        "[http]\nlisten = \"{http}\"\n\
+         [wire]\nenabled = false\n\
+         [sockperf]\nenabled = false\n\
+         [forward]\nenabled = false\n\
+         [s2s]\nlisten = \"{raw}\"\n\
+         [[s2s.input_ports]]\nname = \"input\"\ntopic = \"s2s.kill9\"\n\
+         [sinks.kafka]\nbrokers = \"{bootstrap}\"\ntopic = \"{kafka_topic}\"\n\
+         [[routes]]\ntopics = \"s2s.>\"\nsink = \"kafka\"\n"
+    ))
 }
 
 fn packet(tx: usize, i: usize) -> DataPacket {
@@ -133,8 +102,8 @@ async fn kill_9_after_transaction_finished_loses_nothing_finished() {
     while finished.lock().unwrap().len() < FINISHED_BEFORE_KILL {
         assert!(
             Instant::now() < deadline,
-            "transactions did not finish: {:?}",
-            std::fs::read_to_string(served.dir.path().join("serve.log"))
+            "transactions did not finish: {}",
+            served.log()
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

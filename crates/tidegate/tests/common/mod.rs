@@ -1,0 +1,57 @@
+//! Helpers shared by the binary's end-to-end tests: free ports and a
+//! `tidegate serve` child process run from a TOML text.
+
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::net::SocketAddr;
+use std::process::{Child, Command};
+
+/// The `tidegate` binary under test.
+pub const EXE: &str = env!("CARGO_BIN_EXE_tidegate");
+
+/// A free loopback address (bound, then released).
+pub fn free_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// A `tidegate serve` child, killed with SIGKILL when dropped; its config and
+/// log (`serve.log`) live in `dir`.
+pub struct Served {
+    /// The process.
+    pub child: Child,
+    /// Holds `tidegate.toml` and `serve.log`.
+    pub dir: tempfile::TempDir,
+}
+
+impl Served {
+    /// What the server logged so far (for assertion messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `tidegate serve --config` on `config_toml`.
+pub fn serve(config_toml: &str) -> Served {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tidegate.toml");
+    std::fs::write(&config, config_toml).unwrap();
+    let log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
+    let child = Command::new(EXE)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("run tidegate serve");
+    Served { child, dir }
+}
