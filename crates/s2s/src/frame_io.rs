@@ -11,6 +11,35 @@ use thiserror::Error;
 
 use crate::codec::{split_packet, CodecError, DataPacket, Decoded, PacketLimits};
 
+/// A byte stream that can ask the kernel to acknowledge received data at
+/// once. A peer that leaves Nagle's algorithm on (the stock Java client)
+/// holds its next small write until our ACK; without this, Linux delays that
+/// ACK up to 40 ms and every transaction pays for it.
+pub trait QuickAck {
+    /// Re-arms `TCP_QUICKACK` (a no-op for streams without a socket).
+    fn quick_ack(&self) {}
+}
+
+impl QuickAck for tokio::net::TcpStream {
+    fn quick_ack(&self) {
+        let _ = socket2::SockRef::from(self).set_quickack(true);
+    }
+}
+
+impl<S: QuickAck> QuickAck for tokio_rustls::server::TlsStream<S> {
+    fn quick_ack(&self) {
+        self.get_ref().0.quick_ack()
+    }
+}
+
+impl<S: QuickAck> QuickAck for tokio_rustls::client::TlsStream<S> {
+    fn quick_ack(&self) {
+        self.get_ref().0.quick_ack()
+    }
+}
+
+impl QuickAck for tokio::io::DuplexStream {}
+
 /// Why a read or write on a [`FrameIo`] failed.
 #[derive(Debug, Error)]
 pub enum FrameError {
@@ -41,7 +70,7 @@ pub(crate) struct FrameIo<S> {
     pub(crate) wbuf: BytesMut,
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin + QuickAck> FrameIo<S> {
     pub(crate) fn new(stream: S) -> Self {
         FrameIo {
             stream,
@@ -63,7 +92,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FrameIo<S> {
             Err(_) => Err(FrameError::Timeout(what)),
             Ok(Err(e)) => Err(FrameError::Io(e)),
             Ok(Ok(0)) => Err(FrameError::Eof),
-            Ok(Ok(_)) => Ok(()),
+            Ok(Ok(_)) => {
+                self.stream.quick_ack();
+                Ok(())
+            }
         }
     }
 

@@ -94,7 +94,7 @@ async fn discovery_lists_ports_and_raw_port() {
 #[tokio::test]
 async fn a_transaction_commits_once_after_delete() {
     let hub = Hub::default();
-    let mut sub = hub.subscribe("s2s.input").unwrap();
+    let sub = hub.subscribe("s2s.input").unwrap();
     let srv = start(test_config(), hub.clone()).await;
     let id = srv.ports.inputs()[0].id.clone();
     for gzip in [false, true] {

@@ -154,7 +154,7 @@ async fn v2_http_receives_from_an_output_port() {
 
 async fn cancel_case(version: Nifi, transport: &str) {
     let hub = Hub::default();
-    let mut sub = hub.subscribe("s2s.input").unwrap();
+    let sub = hub.subscribe("s2s.input").unwrap();
     let srv = start(test_config(), hub.clone()).await;
     let url = srv.url();
     let out = java(

@@ -101,7 +101,7 @@ fn gated_hub() -> (Hub, Arc<GateSink>) {
 #[tokio::test]
 async fn a_transaction_arrives_once_with_attributes_and_content() {
     let hub = Hub::default();
-    let mut sub = hub.subscribe("s2s.input").unwrap();
+    let sub = hub.subscribe("s2s.input").unwrap();
     let srv = start(test_config(), hub.clone()).await;
     for gzip in [false, true] {
         let mut c = client(srv.raw, gzip).await;

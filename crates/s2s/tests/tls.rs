@@ -29,7 +29,7 @@ async fn client_certificates_and_dn_allow_lists() {
         ..PortConfig::new("theirs", "s2s.theirs")
     });
     let hub = Hub::default();
-    let mut sub = hub.subscribe("s2s.mine").unwrap();
+    let sub = hub.subscribe("s2s.mine").unwrap();
     let srv = start(cfg, hub.clone()).await;
     assert!(
         discover(srv.http, Duration::from_secs(5))

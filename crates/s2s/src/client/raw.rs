@@ -14,11 +14,17 @@ use crate::codec::{
     PacketLimits, PeerInfo, RequestType, ResourceOffer, ResourceReply, ResponseCode, CODEC_NAME,
     CODEC_VERSION, MAGIC, PROTOCOL_NAME, PROTOCOL_VERSION,
 };
-use crate::frame_io::FrameIo;
+use crate::frame_io::{FrameIo, QuickAck};
 
 /// A boxed byte stream (plain TCP or TLS), so one client type serves both.
-pub trait AsyncStream: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> AsyncStream for T {}
+pub trait AsyncStream: AsyncRead + AsyncWrite + Unpin + Send + QuickAck {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + QuickAck> AsyncStream for T {}
+
+impl QuickAck for DynStream {
+    fn quick_ack(&self) {
+        (**self).quick_ack()
+    }
+}
 
 /// A plain or TLS stream behind one type.
 pub type DynStream = Box<dyn AsyncStream>;
@@ -80,7 +86,7 @@ impl RawClient<DynStream> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> RawClient<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin + QuickAck> RawClient<S> {
     /// Runs the connection set-up over an already open stream (e.g. TLS).
     pub async fn handshake_on(
         stream: S,

@@ -49,34 +49,34 @@ fn flag(headers: &HeaderMap, name: &str) -> bool {
 }
 
 /// Finds the port of the right kind, or answers as NiFi does.
-fn find_port(st: &HttpState, kind: &str, port_id: &str) -> Result<PortRef, Response> {
+fn find_port(st: &HttpState, kind: &str, port_id: &str) -> Result<PortRef, Box<Response>> {
     let port = match (kind, st.ports.find(port_id)) {
         (INPUT, Some(p @ PortRef::Input(_))) | (OUTPUT, Some(p @ PortRef::Output(_))) => p,
         (INPUT | OUTPUT, _) => {
             st.ports.metrics().error("unknown_port");
-            return Err(result(
+            return Err(Box::new(result(
                 StatusCode::NOT_FOUND,
                 ResponseCode::UnknownPort,
                 format!("Received unknown port identifier: {port_id}"),
-            ));
+            )));
         }
         _ => {
-            return Err(result(
+            return Err(Box::new(result(
                 StatusCode::BAD_REQUEST,
                 ResponseCode::Abort,
                 format!("Port type was wrong. portType={kind}"),
-            ))
+            )))
         }
     };
     // The [http] listener carries no client certificate: a port with an
     // allow list is reachable over RAW+TLS only.
     if let Err(msg) = st.ports.authorize(&port, None) {
         st.ports.metrics().error("unauthorized");
-        return Err(result(
+        return Err(Box::new(result(
             StatusCode::UNAUTHORIZED,
             ResponseCode::Unauthorized,
             msg,
-        ));
+        )));
     }
     Ok(port)
 }
@@ -97,7 +97,7 @@ pub(crate) async fn create(
 ) -> Response {
     let port = match find_port(&st, &kind, &port_id) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     if let PortRef::Input(p) = &port {
         if st.ports.destination_full(p) {
@@ -151,7 +151,7 @@ pub(crate) async fn extend(
     Path((kind, port_id, tx)): Path<(String, String, String)>,
 ) -> Response {
     if let Err(r) = find_port(&st, &kind, &port_id) {
-        return r;
+        return *r;
     }
     if !st.transactions.extend(&tx) {
         return unknown_transaction(&tx);
@@ -182,7 +182,7 @@ pub(crate) async fn receive_flow_files(
         );
     }
     if let Err(r) = find_port(&st, &kind, &port_id) {
-        return r;
+        return *r;
     }
     let Some((port, TxData::Open)) = st.transactions.take(&tx) else {
         return unknown_transaction(&tx);
@@ -271,7 +271,7 @@ pub(crate) async fn send_flow_files(
         );
     }
     if let Err(r) = find_port(&st, &kind, &port_id) {
-        return r;
+        return *r;
     }
     let Some((PortRef::Output(port), TxData::Open)) = st.transactions.take(&tx) else {
         return unknown_transaction(&tx);
@@ -325,7 +325,7 @@ pub(crate) async fn finish(
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
     if let Err(r) = find_port(&st, &kind, &port_id) {
-        return r;
+        return *r;
     }
     let code = q
         .get("responseCode")

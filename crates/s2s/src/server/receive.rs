@@ -10,6 +10,8 @@
 //! reaches the hub before the client's CONFIRM.
 
 use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::frame_io::QuickAck;
 use tracing::info;
 
 use super::session::Session;
@@ -17,7 +19,7 @@ use super::SessionError;
 use crate::codec::{decode_response, encode_response, ResponseCode};
 use crate::ports::InputPort;
 
-pub(crate) async fn run<S: AsyncRead + AsyncWrite + Unpin>(
+pub(crate) async fn run<S: AsyncRead + AsyncWrite + Unpin + QuickAck>(
     s: &mut Session<S>,
     port: &InputPort,
 ) -> Result<(), SessionError> {

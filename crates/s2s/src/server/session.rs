@@ -2,6 +2,8 @@
 //! handshake, then requests until `SHUTDOWN`, EOF or an error.
 
 use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::frame_io::QuickAck;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -48,7 +50,7 @@ pub(crate) async fn serve<S>(
     raw_port: u16,
     shutdown: CancellationToken,
 ) where
-    S: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin + QuickAck,
 {
     let mut s = Session {
         io: FrameIo::new(stream),
@@ -74,7 +76,7 @@ pub(crate) async fn serve<S>(
     s.io.shutdown().await;
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin + QuickAck> Session<S> {
     async fn run(&mut self, shutdown: &CancellationToken) -> Result<(), SessionError> {
         let t = self.ports.config().read_timeout();
         self.io.read(decode_magic, t, "magic bytes").await?;

@@ -12,6 +12,8 @@
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use crate::frame_io::QuickAck;
+
 use super::session::Session;
 use super::SessionError;
 use crate::codec::{
@@ -19,7 +21,7 @@ use crate::codec::{
 };
 use crate::ports::{packet_for, OutputPort};
 
-pub(crate) async fn run<S: AsyncRead + AsyncWrite + Unpin>(
+pub(crate) async fn run<S: AsyncRead + AsyncWrite + Unpin + QuickAck>(
     s: &mut Session<S>,
     port: &OutputPort,
 ) -> Result<(), SessionError> {
@@ -40,7 +42,7 @@ pub(crate) async fn run<S: AsyncRead + AsyncWrite + Unpin>(
     result
 }
 
-async fn send<S: AsyncRead + AsyncWrite + Unpin>(
+async fn send<S: AsyncRead + AsyncWrite + Unpin + QuickAck>(
     s: &mut Session<S>,
     msgs: &[tidegate_hub::SharedMessage],
 ) -> Result<(), SessionError> {
