@@ -12,7 +12,7 @@ use crate::metrics::HubMetrics;
 use crate::routes::RouteTable;
 use crate::subscriber::{PushOutcome, Subscriber, SubscriberOptions};
 use crate::topic::{validate_topic, TopicError};
-use crate::{Message, SharedMessage, Sink};
+use crate::{Message, SharedMessage};
 
 /// Why a publish was refused.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -104,9 +104,8 @@ impl Hub {
         if routes.is_empty() {
             return false;
         }
-        let mut sinks = Vec::new();
-        routes.sinks_for(topic, &mut sinks);
-        sinks.iter().any(|s| s.is_full())
+        let full = routes.matching(topic).any(|s| s.is_full());
+        full
     }
 
     /// Stops accepting publishes; later `publish` calls fail.
@@ -141,15 +140,16 @@ impl Hub {
             return Ok(());
         }
         let routes = arc_swap::Guard::into_inner(routes);
-        let mut sinks: Vec<&Arc<dyn Sink>> = Vec::new();
-        routes.sinks_for(&msg.topic, &mut sinks);
-        for sink in sinks {
+        for sink in routes.matching(&msg.topic) {
             let token = match group {
                 Some(g) => g.token(),
                 None => AckToken::detached(),
             };
             m.routed.inc();
-            sink.send(msg.clone(), token).await;
+            // The synchronous path first: no boxed future when there is room.
+            if let Err((msg, token)) = sink.try_send(msg.clone(), token) {
+                sink.send(msg, token).await;
+            }
         }
         Ok(())
     }

@@ -83,6 +83,22 @@ impl RouteTable {
         self.routes.is_empty()
     }
 
+    /// The sinks whose routes match `topic`, each at most once, in config
+    /// order. Allocates nothing: a sink is skipped when an earlier matching
+    /// route already named it (route tables are a handful of entries).
+    pub fn matching<'a>(&'a self, topic: &'a str) -> impl Iterator<Item = &'a Arc<dyn Sink>> + 'a {
+        self.routes
+            .iter()
+            .enumerate()
+            .filter_map(move |(i, (p, s))| {
+                let first = p.matches(topic)
+                    && !self.routes[..i]
+                        .iter()
+                        .any(|(q, t)| Arc::ptr_eq(s, t) && q.matches(topic));
+                first.then_some(s)
+            })
+    }
+
     /// The sinks whose routes match `topic`, each at most once.
     pub fn sinks_for<'a>(&'a self, topic: &str, out: &mut Vec<&'a Arc<dyn Sink>>) {
         for (p, s) in &self.routes {

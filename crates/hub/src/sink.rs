@@ -20,6 +20,15 @@ pub trait Sink: Send + Sync + 'static {
     /// is as durable as the sink promises, or fails it.
     fn send(&self, msg: SharedMessage, ack: AckToken) -> SinkFuture<'_>;
 
+    /// Takes `msg` at once if there is room, without the boxed future of
+    /// [`Sink::send`]: the hub tries this first on every publish and falls
+    /// back to `send` when it gets the message back. The default always hands
+    /// it back.
+    #[allow(clippy::result_large_err)] // the Err is the message handed back, not an error
+    fn try_send(&self, msg: SharedMessage, ack: AckToken) -> Result<(), (SharedMessage, AckToken)> {
+        Err((msg, ack))
+    }
+
     /// True when a `send` now would wait. Sources that must answer "full"
     /// rather than wait (S2S `PORTS_DESTINATION_FULL`, HTTP 503) ask this.
     fn is_full(&self) -> bool {
@@ -47,5 +56,14 @@ impl Sink for NullSink {
     fn send(&self, _msg: SharedMessage, ack: AckToken) -> SinkFuture<'_> {
         ack.succeed();
         Box::pin(async {})
+    }
+
+    fn try_send(
+        &self,
+        _msg: SharedMessage,
+        ack: AckToken,
+    ) -> Result<(), (SharedMessage, AckToken)> {
+        ack.succeed();
+        Ok(())
     }
 }

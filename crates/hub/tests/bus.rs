@@ -255,3 +255,47 @@ async fn a_million_subscriptions_over_fifty_thousand_topics_fan_out_per_topic() 
     assert_eq!(hub.metrics().delivered.get() - before, expected);
     eprintln!("subscribed ~1M in {subscribe_time:?}");
 }
+
+#[tokio::test]
+async fn a_sink_named_by_two_matching_routes_gets_the_message_once() {
+    let sink = holding(false);
+    let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
+    let routes = RouteTable::build(
+        &[
+            RouteConfig {
+                topics: "logs.>".into(),
+                sink: "holding".into(),
+            },
+            RouteConfig {
+                topics: "logs.app".into(),
+                sink: "holding".into(),
+            },
+        ],
+        &sinks,
+    )
+    .unwrap();
+    let hub = Hub::new(routes);
+    hub.publish(msg("logs.app", "x")).await.unwrap();
+    hub.publish(msg("logs.web", "y")).await.unwrap();
+    hub.publish(msg("other", "z")).await.unwrap();
+    assert_eq!(sink.received.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn the_null_sink_acknowledges_without_waiting() {
+    let sinks: Vec<Arc<dyn Sink>> = vec![Arc::new(NullSink)];
+    let routes = RouteTable::build(
+        &[RouteConfig {
+            topics: ">".into(),
+            sink: "null".into(),
+        }],
+        &sinks,
+    )
+    .unwrap();
+    let hub = Hub::new(routes);
+    let group = AckGroup::new();
+    hub.publish_acked(msg("a", "1"), &group).await.unwrap();
+    assert_eq!(group.outstanding(), 0);
+    assert_eq!(group.wait().await, Ok(()));
+    assert_eq!(hub.metrics().routed.get(), 1);
+}
