@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the s2s crate's tests need: a JDK 17 and Maven (Debian), then
+# Installs what the s2s crate's tests need: a JDK 17, Maven and openssl
+# (Debian; openssl and keytool turn the TLS test's PEM files into PKCS12), then
 # fetches the stock org.apache.nifi:nifi-site-to-site-client 1.28.1 (Java 17)
 # and 2.6.0 (Java 21+, run on the Temurin JDK under /usr/lib/jvm) from Maven
 # Central and builds the test driver in crates/s2s/tests/java against each.
@@ -18,6 +19,7 @@ fi
 need=()
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || need+=(maven)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 if [ "${#need[@]}" -gt 0 ]; then
     if ! apt-cache show "${need[0]}" >/dev/null 2>&1; then
         $SUDO apt-get update

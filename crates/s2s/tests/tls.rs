@@ -77,3 +77,82 @@ async fn client_certificates_and_dn_allow_lists() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(srv.ports.metrics().error_count("tls_handshake") >= 1);
 }
+
+/// The stock 1.28.1 client over RAW+TLS with a client certificate (PKCS12
+/// keystores made from the throw-away PKI with openssl and keytool).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stock_client_sends_over_tls() {
+    let pki = TestPki::generate().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ks = dir.path().join("client.p12");
+    let ts = dir.path().join("trust.p12");
+    let st = std::process::Command::new("openssl")
+        .args([
+            "pkcs12",
+            "-export",
+            "-passout",
+            "pass:secret",
+            "-name",
+            "client",
+            "-in",
+        ])
+        .arg(pki.path("client.pem"))
+        .arg("-inkey")
+        .arg(pki.path("client.key"))
+        .arg("-out")
+        .arg(&ks)
+        .status()
+        .expect("openssl is installed");
+    assert!(st.success());
+    let st = std::process::Command::new("keytool")
+        .args([
+            "-importcert",
+            "-noprompt",
+            "-storetype",
+            "PKCS12",
+            "-storepass",
+            "secret",
+            "-alias",
+            "ca",
+            "-file",
+        ])
+        .arg(pki.path("ca.pem"))
+        .arg("-keystore")
+        .arg(&ts)
+        .status()
+        .expect("keytool is installed");
+    assert!(st.success());
+
+    let mut cfg = test_config();
+    cfg.tls = Some(pki.server_config());
+    cfg.input_ports[0].allowed_dns = vec![pki.client_dn.clone()];
+    let hub = Hub::default();
+    let sub = hub.subscribe("s2s.input").unwrap();
+    let srv = start(cfg, hub.clone()).await;
+    let url = srv.url();
+    let (ks, ts) = (ks.display().to_string(), ts.display().to_string());
+    let out = common::java(
+        common::Nifi::V1,
+        &[
+            "send",
+            "--url",
+            &url,
+            "--transport",
+            "RAW",
+            "--port",
+            "input",
+            "--sizes",
+            "0,5",
+            "--tls",
+            &ks,
+            &ts,
+            "secret",
+        ],
+        Duration::from_secs(90),
+    )
+    .await;
+    assert!(out.iter().any(|v| v["event"] == "complete"), "{out:?}");
+    let a = sub.recv().await.unwrap();
+    let b = sub.recv().await.unwrap();
+    assert_eq!((a.payload.len(), b.payload.len()), (0, 5));
+}
