@@ -104,26 +104,36 @@ impl HttpTransactions {
         }
     }
 
-    /// Takes the data of a live transaction for a request to work on,
-    /// leaving it `Busy`. `None` if unknown or expired.
-    pub(crate) fn take(&self, id: &str) -> Option<(PortRef, TxData)> {
+    /// Marks a live, still `Open` transaction busy for a request that moves
+    /// FlowFiles; `None` (and nothing changed) if unknown, expired or not open.
+    pub(crate) fn take_open(&self, id: &str) -> Option<PortRef> {
         let mut map = self.map.lock();
         let t = map.get_mut(id)?;
         if t.expires <= Instant::now() {
             let t = map.remove(id)?;
+            drop(map);
             rollback(t);
             return None;
         }
+        if !matches!(t.data, TxData::Open) {
+            return None;
+        }
         t.expires = Instant::now() + self.ttl;
-        Some((t.port.clone(), std::mem::replace(&mut t.data, TxData::Busy)))
+        t.data = TxData::Busy;
+        Some(t.port.clone())
     }
 
-    /// Puts data back after a request (e.g. FlowFiles received).
-    pub(crate) fn put(&self, id: &str, data: TxData) {
+    /// Puts data back after a request (e.g. FlowFiles received). If the
+    /// transaction vanished meanwhile (cancelled, expired), the data is
+    /// rolled back instead, so sent messages go back to their port.
+    pub(crate) fn put(&self, id: &str, port: &PortRef, data: TxData) {
         let mut map = self.map.lock();
         match map.get_mut(id) {
             Some(t) => t.data = data,
-            None => drop(map),
+            None => {
+                drop(map);
+                rollback_data(port, data);
+            }
         }
     }
 

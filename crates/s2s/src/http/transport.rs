@@ -184,7 +184,7 @@ pub(crate) async fn receive_flow_files(
     if let Err(r) = find_port(&st, &kind, &port_id) {
         return *r;
     }
-    let Some((port, TxData::Open)) = st.transactions.take(&tx) else {
+    let Some(port) = st.transactions.take_open(&tx) else {
         return unknown_transaction(&tx);
     };
     let gzip = flag(req.headers(), USE_COMPRESSION_HEADER);
@@ -238,15 +238,15 @@ pub(crate) async fn receive_flow_files(
         return result(StatusCode::BAD_REQUEST, ResponseCode::Abort, msg);
     }
     if packets.is_empty() {
-        st.transactions.put(&tx, TxData::Open);
+        st.transactions.put(&tx, &port, TxData::Open);
         return (
             StatusCode::BAD_REQUEST,
             "Client should send request when there is data to send. There was no flow file sent.",
         )
             .into_response();
     }
-    let _ = port;
-    st.transactions.put(&tx, TxData::Received { packets });
+    st.transactions
+        .put(&tx, &port, TxData::Received { packets });
     let crc = crc.finalize().to_string();
     (
         StatusCode::ACCEPTED,
@@ -273,7 +273,10 @@ pub(crate) async fn send_flow_files(
     if let Err(r) = find_port(&st, &kind, &port_id) {
         return *r;
     }
-    let Some((PortRef::Output(port), TxData::Open)) = st.transactions.take(&tx) else {
+    let Some(port_ref) = st.transactions.take_open(&tx) else {
+        return unknown_transaction(&tx);
+    };
+    let PortRef::Output(port) = port_ref.clone() else {
         return unknown_transaction(&tx);
     };
     let mut max = st.ports.config().output_batch_max.max(1);
@@ -287,7 +290,7 @@ pub(crate) async fn send_flow_files(
     }
     let msgs = port.take(max);
     if msgs.is_empty() {
-        st.transactions.put(&tx, TxData::Open);
+        st.transactions.put(&tx, &port_ref, TxData::Open);
         return (StatusCode::OK, common_headers()).into_response();
     }
     let gzip = flag(&headers, USE_COMPRESSION_HEADER);
@@ -305,7 +308,8 @@ pub(crate) async fn send_flow_files(
         }
     }
     let crc = crc.finalize().to_string();
-    st.transactions.put(&tx, TxData::Sent { msgs, crc });
+    st.transactions
+        .put(&tx, &port_ref, TxData::Sent { msgs, crc });
     (
         StatusCode::ACCEPTED,
         common_headers(),
