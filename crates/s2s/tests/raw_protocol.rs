@@ -488,3 +488,29 @@ async fn output_port_serves_and_requeues_on_bad_checksum() {
     assert_eq!(&b[0].content[..], b"m2");
     assert!(srv.ports.outputs()[0].is_empty());
 }
+
+#[tokio::test]
+async fn shutdown_lets_an_open_transaction_finish_then_closes() {
+    let hub = Hub::default();
+    let sub = hub.subscribe("s2s.input").unwrap();
+    let srv = start(test_config(), hub.clone()).await;
+    let mut idle = client(srv.raw, false).await;
+    let mut busy = client(srv.raw, false).await;
+    busy.begin_send().await.unwrap();
+    busy.send(&pkt(&[], b"in flight")).await.unwrap();
+    busy.flush().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    srv.shutdown.cancel();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    busy.confirm().await.unwrap();
+    busy.complete().await.unwrap();
+    assert_eq!(&sub.recv().await.unwrap().payload[..], b"in flight");
+    // The idle pooled connection is closed; new connections are not accepted.
+    assert!(idle.send_transaction(&[pkt(&[], b"late")]).await.is_err());
+    assert!(
+        RawClient::connect(srv.raw, Some(&port_id("input")), ClientOptions::default())
+            .await
+            .is_err()
+    );
+    assert!(sub.is_empty());
+}

@@ -91,6 +91,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + QuickAck> Session<S> {
                 self.io.read(decode_request, t, "a request").await
             } else {
                 tokio::select! {
+                    // A request already on the socket wins over shutdown.
+                    biased;
                     r = self.io.read(decode_request, idle, "the next request") => r,
                     _ = shutdown.cancelled() => return Ok(()),
                 }
