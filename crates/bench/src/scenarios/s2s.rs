@@ -320,8 +320,8 @@ pub async fn run(args: &S2sArgs) -> anyhow::Result<()> {
     let failed: u64 = lines.iter().map(|l| l.failed).sum();
     let mut sums = [0u128; 4];
     for l in &lines {
-        for i in 0..4 {
-            sums[i] += l.sums_ns[i];
+        for (sum, v) in sums.iter_mut().zip(l.sums_ns) {
+            *sum += v;
         }
     }
     if let Some(path) = &args.csv {
