@@ -206,9 +206,20 @@ fn server_toml(args: &ForwardArgs, tls: Option<&tidegate_forward::TlsConfig>) ->
     s
 }
 
+/// Deletes a directory when dropped (the throw-away TLS certificates).
+struct RemoveDirOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveDirOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 async fn run_once(args: &ForwardArgs, rate: u64) -> anyhow::Result<(RunResult, Report)> {
     let pki_dir =
         std::env::temp_dir().join(format!("tidegate-bench-forward-{}", std::process::id()));
+    // Removed however the run ends, including a server that fails to start.
+    let _pki_cleanup = RemoveDirOnDrop(pki_dir.clone());
     let mut ca_pem = None;
     let mut tls_cfg = None;
     if args.tls {
@@ -240,7 +251,6 @@ async fn run_once(args: &ForwardArgs, rate: u64) -> anyhow::Result<(RunResult, R
     let result = drive(args, rate, addr, options, metrics_addr).await;
     let client = client_sampler.finish();
     let server = target.finish();
-    let _ = std::fs::remove_dir_all(&pki_dir);
     let (mut row, mut report) = result?;
     row.client = client;
     row.server = server;
