@@ -31,12 +31,6 @@ pub struct ServerAddrs {
     pub s2s: SocketAddr,
 }
 
-/// A free loopback TCP port (bound then released; fine for a bench).
-pub fn free_port() -> std::io::Result<SocketAddr> {
-    let l = TcpListener::bind("127.0.0.1:0")?;
-    l.local_addr()
-}
-
 /// A `tidegate serve` child process.
 #[derive(Debug)]
 pub struct ServerUnderTest {

@@ -99,15 +99,6 @@ impl RouteTable {
             })
     }
 
-    /// The sinks whose routes match `topic`, each at most once.
-    pub fn sinks_for<'a>(&'a self, topic: &str, out: &mut Vec<&'a Arc<dyn Sink>>) {
-        for (p, s) in &self.routes {
-            if p.matches(topic) && !out.iter().any(|o| Arc::ptr_eq(o, s)) {
-                out.push(s);
-            }
-        }
-    }
-
     /// Every distinct sink in the table.
     pub fn sinks(&self) -> Vec<Arc<dyn Sink>> {
         let mut out: Vec<Arc<dyn Sink>> = Vec::new();
