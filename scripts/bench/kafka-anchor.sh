@@ -27,16 +27,7 @@ RECORDS="${RECORDS:-3000000}"
 DURATION="${DURATION:-20}"
 CONNECTIONS="${CONNECTIONS:-2}"
 BATCH="${BATCH:-1000}"
-BIN="${TIDEGATE_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/tidegate}"
-if [ ! -x "$BIN" ]; then
-    (cd "$ROOT" && cargo build --release -p tidegate)
-fi
-ulimit -n 65536 2>/dev/null || true
-
-trap kafka_stop EXIT
-kafka_start
-echo "date: $(date -u)"
-echo "broker: Kafka 3.9.1 KRaft single node at $KAFKA_BOOTSTRAP (-Xmx1g); host: $(nproc) cores"
+kafka_bench_begin
 
 # pp TOPIC [PROP=VALUE...] → "records/s p99_ms"
 pp() {

@@ -4,6 +4,7 @@
 # on free loopback ports, and stops it on exit.
 #   kafka_start      sets KAFKA_BOOTSTRAP, KAFKA_PID, KAFKA_DIR, KAFKA_CP
 #   kafka_stop       kills it and removes its data
+#   kafka_bench_begin  BIN, ulimit, kafka_start with a stop trap, header lines
 # Needs scripts/setup/kafka.sh to have run (it is run here if needed).
 
 KAFKA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -77,4 +78,20 @@ kafka_stop() {
         rm -rf "$KAFKA_DIR"
         KAFKA_DIR=""
     fi
+}
+
+# kafka_bench_begin: what every kafka-*.sh benchmark does first — resolve
+# the tidegate binary into BIN (TIDEGATE_BIN, else the release build under
+# $CARGO_TARGET_DIR or target/, built if missing), raise the open-file limit,
+# start the broker (stopped on exit) and print the run's date and set-up.
+kafka_bench_begin() {
+    BIN="${TIDEGATE_BIN:-${CARGO_TARGET_DIR:-$KAFKA_ROOT/target}/release/tidegate}"
+    if [ ! -x "$BIN" ]; then
+        (cd "$KAFKA_ROOT" && cargo build --release -p tidegate)
+    fi
+    ulimit -n 65536 2>/dev/null || true
+    trap kafka_stop EXIT
+    kafka_start
+    echo "date: $(date -u)"
+    echo "broker: Kafka 3.9.1 KRaft single node at $KAFKA_BOOTSTRAP (-Xmx1g); host: $(nproc) cores"
 }

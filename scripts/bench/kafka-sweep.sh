@@ -18,16 +18,7 @@ source "$ROOT/scripts/bench/kafka-broker.sh"
 RATES="${RATES:-10,100,1000,10000,100000,150000,250000,300000,400000,500000}"
 DURATION="${DURATION:-10}"
 CONNECTIONS="${CONNECTIONS:-1}"
-BIN="${TIDEGATE_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/tidegate}"
-if [ ! -x "$BIN" ]; then
-    (cd "$ROOT" && cargo build --release -p tidegate)
-fi
-ulimit -n 65536 2>/dev/null || true
-
-trap kafka_stop EXIT
-kafka_start
-echo "date: $(date -u)"
-echo "broker: Kafka 3.9.1 KRaft single node at $KAFKA_BOOTSTRAP (-Xmx1g); host: $(nproc) cores"
+kafka_bench_begin
 SERVER_TOML="$(printf '[sinks.kafka]\nbrokers = "%s"\n[[routes]]\ntopics = "logs.>"\nsink = "kafka"\n' "$KAFKA_BOOTSTRAP")"
 TLS_FLAG=()
 if [ -n "${TLS:-}" ]; then TLS_FLAG=(--tls); fi
