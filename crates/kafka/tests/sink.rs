@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::message::{Headers, Message as _};
-use tidegate_hub::{AckGroup, DeliveryError, Hub, Message, RouteConfig, RouteTable, Sink};
-use tidegate_kafka::testing::{read_topic, TestBroker};
+use tidegate_hub::{AckGroup, DeliveryError, Message, Sink};
+use tidegate_kafka::testing::{hub_routing_to, read_topic, TestBroker};
 use tidegate_kafka::{KafkaConfig, KafkaSink};
 
 fn shared_broker() -> &'static TestBroker {
@@ -103,16 +103,7 @@ async fn a_hub_route_delivers_through_the_sink_and_counts_it() {
         })
         .unwrap(),
     );
-    let routes = RouteTable::build(
-        &[RouteConfig {
-            topics: "logs.>".into(),
-            sink: "kafka".into(),
-        }],
-        &[sink.clone() as Arc<dyn Sink>],
-    )
-    .unwrap();
-    let hub = Hub::new(routes);
-    sink.register_metrics(hub.metrics());
+    let hub = hub_routing_to("logs.>", &sink);
     let group = AckGroup::new();
     for i in 0..100 {
         hub.publish_acked(

@@ -22,8 +22,10 @@ use tidegate_forward::client::ClientError;
 use tidegate_forward::codec::encode::record_from_json;
 use tidegate_forward::codec::EventTime;
 use tidegate_forward::{ClientOptions, ForwardClient, ForwardConfig, ForwardServer};
-use tidegate_hub::{Hub, RouteConfig, RouteTable, Sink};
-use tidegate_kafka::testing::{fluency_classpath, java_dir, read_topic, record_count, TestBroker};
+use tidegate_hub::Sink;
+use tidegate_kafka::testing::{
+    fluency_classpath, hub_routing_to, java_dir, read_topic, record_count, TestBroker,
+};
 use tidegate_kafka::{KafkaConfig, KafkaSink};
 use tokio_util::sync::CancellationToken;
 
@@ -54,16 +56,7 @@ async fn pipeline(bootstrap: String) -> Pipeline {
 
 async fn pipeline_with(config: KafkaConfig) -> Pipeline {
     let sink = Arc::new(KafkaSink::new(config).expect("kafka sink"));
-    let routes = RouteTable::build(
-        &[RouteConfig {
-            topics: "logs.>".into(),
-            sink: "kafka".into(),
-        }],
-        &[sink.clone() as Arc<dyn Sink>],
-    )
-    .unwrap();
-    let hub = Hub::new(routes);
-    sink.register_metrics(hub.metrics());
+    let hub = hub_routing_to("logs.>", &sink);
     let server = ForwardServer::bind(ForwardConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         udp_heartbeat: false,
