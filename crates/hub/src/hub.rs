@@ -7,6 +7,7 @@ use arc_swap::ArcSwap;
 use thiserror::Error;
 
 use crate::ack::{AckGroup, AckToken};
+use crate::budget::InflightBudget;
 use crate::bus::TopicBus;
 use crate::metrics::HubMetrics;
 use crate::routes::RouteTable;
@@ -29,6 +30,7 @@ pub enum PublishError {
 pub(crate) struct HubInner {
     pub(crate) bus: TopicBus,
     pub(crate) metrics: HubMetrics,
+    budget: InflightBudget,
     routes: ArcSwap<RouteTable>,
     next_subscriber: AtomicU64,
     closed: AtomicBool,
@@ -47,12 +49,21 @@ impl Default for Hub {
 }
 
 impl Hub {
-    /// A hub whose publishes also go to the sinks of `routes`.
+    /// A hub whose publishes also go to the sinks of `routes`, with the
+    /// default in-flight budget.
     pub fn new(routes: RouteTable) -> Self {
+        Hub::with_budget(routes, InflightBudget::default())
+    }
+
+    /// A hub whose sources draw the bytes they read from `budget`.
+    pub fn with_budget(routes: RouteTable, budget: InflightBudget) -> Self {
+        let metrics = HubMetrics::default();
+        metrics.register_budget(&budget);
         Hub {
             inner: Arc::new(HubInner {
                 bus: TopicBus::default(),
-                metrics: HubMetrics::default(),
+                metrics,
+                budget,
                 routes: ArcSwap::from_pointee(routes),
                 next_subscriber: AtomicU64::new(1),
                 closed: AtomicBool::new(false),
@@ -63,6 +74,11 @@ impl Hub {
     /// Replaces the route table (sinks come up after the hub in some set-ups).
     pub fn set_routes(&self, routes: RouteTable) {
         self.inner.routes.store(Arc::new(routes));
+    }
+
+    /// The process-wide in-flight byte budget every ingress reads against.
+    pub fn budget(&self) -> &InflightBudget {
+        &self.inner.budget
     }
 
     /// The hub's metrics and registry.

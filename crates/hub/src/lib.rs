@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod ack;
+pub mod budget;
 mod bus;
 pub mod config;
 pub mod encoded;
@@ -22,12 +23,13 @@ pub mod topic;
 mod trie;
 
 pub use ack::{AckGroup, AckToken, DeliveryError};
+pub use budget::{BudgetPermit, InflightBudget};
 pub use config::{ListenerConfig, OverflowPolicy, RouteConfig};
 pub use encoded::{EncodedForm, EncodedForms};
 pub use hub::{Hub, PublishError};
 pub use message::{Attributes, Message, SharedMessage};
 pub use metrics::{ConnectionGuard, HubMetrics, ListenerMetrics};
 pub use routes::RouteTable;
-pub use sink::{NullSink, Sink, SinkFuture};
+pub use sink::{NullSink, Sink, SinkFuture, SinkHealth};
 pub use subscriber::{RecvError, Subscriber, SubscriberOptions};
 pub use topic::{Pattern, TopicError};

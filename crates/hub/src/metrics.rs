@@ -29,6 +29,15 @@ pub struct ListenerErrorLabel {
     pub kind: String,
 }
 
+/// Label set of per-listener refusals (connections closed at accept).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerRefusedLabel {
+    /// The listener.
+    pub listener: String,
+    /// `max_connections`, `not_allowed`, `accept_error`, `shutting_down`.
+    pub reason: String,
+}
+
 /// The hub's counters, plus the registry every component reports into.
 #[derive(Debug)]
 pub struct HubMetrics {
@@ -55,6 +64,10 @@ pub struct HubMetrics {
     connections_accepted: Family<ListenerLabel, Counter>,
     connections_open: Family<ListenerLabel, Gauge>,
     listener_errors: Family<ListenerErrorLabel, Counter>,
+    connections_refused: Family<ListenerRefusedLabel, Counter>,
+    bytes_in: Family<ListenerLabel, Counter>,
+    bytes_out: Family<ListenerLabel, Counter>,
+    frames_in: Family<ListenerLabel, Counter>,
 }
 
 impl Default for HubMetrics {
@@ -74,6 +87,10 @@ impl Default for HubMetrics {
             connections_accepted: Family::default(),
             connections_open: Family::default(),
             listener_errors: Family::default(),
+            connections_refused: Family::default(),
+            bytes_in: Family::default(),
+            bytes_out: Family::default(),
+            frames_in: Family::default(),
         };
         {
             let mut r = m.registry.lock();
@@ -138,6 +155,26 @@ impl Default for HubMetrics {
                 "Protocol and I/O errors per listener and kind",
                 m.listener_errors.clone(),
             );
+            r.register(
+                "listener_connections_refused",
+                "Connections closed at accept per listener and reason",
+                m.connections_refused.clone(),
+            );
+            r.register(
+                "listener_bytes_in",
+                "Bytes read from clients per listener",
+                m.bytes_in.clone(),
+            );
+            r.register(
+                "listener_bytes_out",
+                "Bytes written to clients per listener",
+                m.bytes_out.clone(),
+            );
+            r.register(
+                "listener_frames_in",
+                "Protocol frames (messages, chunks, packets, requests) decoded per listener",
+                m.frames_in.clone(),
+            );
         }
         m
     }
@@ -149,7 +186,24 @@ impl HubMetrics {
         self.registry.lock().register(name, help, metric);
     }
 
-    /// A handle for one listener's connection and error counters.
+    /// Registers the in-flight byte budget's fill level and size.
+    pub fn register_budget(&self, budget: &crate::InflightBudget) {
+        let limit: Gauge = Gauge::default();
+        limit.set(budget.total() as i64);
+        let mut r = self.registry.lock();
+        r.register(
+            "hub_inflight_bytes",
+            "Bytes read from clients and not yet acknowledged or dropped",
+            budget.in_use_gauge(),
+        );
+        r.register(
+            "hub_inflight_bytes_limit",
+            "The in-flight byte budget ([hub] max_inflight_bytes)",
+            limit,
+        );
+    }
+
+    /// A handle for one listener's connection, traffic and error counters.
     pub fn listener(&self, name: &str) -> ListenerMetrics {
         let label = ListenerLabel {
             listener: name.to_owned(),
@@ -158,7 +212,11 @@ impl HubMetrics {
             name: name.to_owned(),
             accepted: self.connections_accepted.get_or_create(&label).clone(),
             open: self.connections_open.get_or_create(&label).clone(),
+            bytes_in: self.bytes_in.get_or_create(&label).clone(),
+            bytes_out: self.bytes_out.get_or_create(&label).clone(),
+            frames_in: self.frames_in.get_or_create(&label).clone(),
             errors: self.listener_errors.clone(),
+            refused: self.connections_refused.clone(),
         }
     }
 
@@ -181,7 +239,11 @@ pub struct ListenerMetrics {
     name: String,
     accepted: Counter,
     open: Gauge,
+    bytes_in: Counter,
+    bytes_out: Counter,
+    frames_in: Counter,
     errors: Family<ListenerErrorLabel, Counter>,
+    refused: Family<ListenerRefusedLabel, Counter>,
 }
 
 impl ListenerMetrics {
@@ -198,6 +260,46 @@ impl ListenerMetrics {
     /// Connections open right now.
     pub fn open_connections(&self) -> i64 {
         self.open.get()
+    }
+
+    /// The listener's name (its config section).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Counts a connection closed at accept, by `reason`.
+    pub fn refused(&self, reason: &str) {
+        self.refused
+            .get_or_create(&ListenerRefusedLabel {
+                listener: self.name.clone(),
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Refusals of `reason` counted so far (tests read it).
+    pub fn refused_count(&self, reason: &str) -> u64 {
+        self.refused
+            .get_or_create(&ListenerRefusedLabel {
+                listener: self.name.clone(),
+                reason: reason.to_owned(),
+            })
+            .get()
+    }
+
+    /// Counts `n` bytes read from a client.
+    pub fn bytes_in(&self, n: usize) {
+        self.bytes_in.inc_by(n as u64);
+    }
+
+    /// Counts `n` bytes written to a client.
+    pub fn bytes_out(&self, n: usize) {
+        self.bytes_out.inc_by(n as u64);
+    }
+
+    /// Counts `n` decoded protocol frames.
+    pub fn frames_in(&self, n: u64) {
+        self.frames_in.inc_by(n);
     }
 
     /// Counts one error of `kind` (`oversize_frame`, `tls_handshake`, …).

@@ -35,12 +35,29 @@ pub trait Sink: Send + Sync + 'static {
         false
     }
 
+    /// Whether the sink can take traffic now, for `/readyz`: a Kafka sink
+    /// with no broker connection or a full queue is not ready. The default
+    /// is always ready.
+    fn health(&self) -> SinkHealth {
+        SinkHealth::Ready
+    }
+
     /// Resolves when everything handed over is acknowledged or `timeout`
     /// passed; called once at shutdown.
     fn flush(&self, timeout: Duration) -> SinkFuture<'_> {
         let _ = timeout;
         Box::pin(async {})
     }
+}
+
+/// A sink's readiness, as `/readyz` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SinkHealth {
+    /// Connected and with room.
+    Ready,
+    /// Cannot take traffic now; the reason is shown to the operator
+    /// (`"no broker connection"`, `"queue full"`).
+    NotReady(String),
 }
 
 /// A sink that acknowledges at once and keeps nothing: the benchmarks' "null

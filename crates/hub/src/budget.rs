@@ -1,0 +1,223 @@
+//! The process-wide in-flight byte budget (`[hub] max_inflight_bytes`).
+//!
+//! Every ingress (a Forward chunk, an S2S FlowFile, a wire frame, an HTTP
+//! body) takes the bytes it reads from one [`InflightBudget`] *before* it
+//! reads them, and holds the [`BudgetPermit`] until the data is acknowledged
+//! or dropped. When the budget is spent, readers wait instead of reading: the
+//! kernel's socket buffers fill and TCP flow control slows the senders. That
+//! is what keeps the whole process's memory bounded whatever clients send —
+//! a per-connection limit alone does not, because connections are many.
+
+use std::sync::Arc;
+
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::Semaphore;
+
+/// Default budget when nothing sizes it (the binary sizes it from the
+/// machine's memory).
+pub const DEFAULT_INFLIGHT_BYTES: usize = 1 << 30;
+
+#[derive(Debug)]
+struct BudgetInner {
+    bytes: Semaphore,
+    total: usize,
+    in_use: Gauge,
+}
+
+/// A shared pool of bytes that readers draw from. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct InflightBudget {
+    inner: Arc<BudgetInner>,
+}
+
+impl Default for InflightBudget {
+    fn default() -> Self {
+        InflightBudget::new(DEFAULT_INFLIGHT_BYTES)
+    }
+}
+
+impl InflightBudget {
+    /// A budget of `total` bytes (at least 1, at most what a semaphore holds).
+    pub fn new(total: usize) -> Self {
+        let total = total.clamp(1, Semaphore::MAX_PERMITS);
+        InflightBudget {
+            inner: Arc::new(BudgetInner {
+                bytes: Semaphore::new(total),
+                total,
+                in_use: Gauge::default(),
+            }),
+        }
+    }
+
+    /// The configured size, bytes.
+    pub fn total(&self) -> usize {
+        self.inner.total
+    }
+
+    /// Bytes currently held by permits.
+    pub fn in_use(&self) -> usize {
+        self.inner.total - self.inner.bytes.available_permits()
+    }
+
+    /// A gauge of [`InflightBudget::in_use`], for `/metrics`.
+    pub fn in_use_gauge(&self) -> Gauge {
+        self.inner.in_use.clone()
+    }
+
+    /// Waits until `bytes` are free and takes them. A request larger than
+    /// the whole budget is clamped to it (it could never be granted
+    /// otherwise); callers bound their requests by their own frame limits.
+    pub async fn acquire(&self, bytes: usize) -> BudgetPermit {
+        let want = bytes.min(self.inner.total);
+        let mut got = 0;
+        // `acquire_many` takes a u32; a bigger request is taken in pieces.
+        while got < want {
+            let step = (want - got).min(u32::MAX as usize) as u32;
+            match self.inner.bytes.acquire_many(step).await {
+                Ok(p) => p.forget(),
+                // The semaphore is never closed; treat it as granted.
+                Err(_) => {}
+            }
+            got += step as usize;
+        }
+        self.permit(want)
+    }
+
+    /// Takes `bytes` if they are free now.
+    pub fn try_acquire(&self, bytes: usize) -> Option<BudgetPermit> {
+        let want = bytes.min(self.inner.total);
+        if want > u32::MAX as usize {
+            return None;
+        }
+        let p = self.inner.bytes.try_acquire_many(want as u32).ok()?;
+        p.forget();
+        Some(self.permit(want))
+    }
+
+    /// A permit holding nothing, to [`BudgetPermit::merge`] into.
+    pub fn empty(&self) -> BudgetPermit {
+        BudgetPermit {
+            budget: Some(self.inner.clone()),
+            bytes: 0,
+        }
+    }
+
+    fn permit(&self, bytes: usize) -> BudgetPermit {
+        self.inner.in_use.inc_by(bytes as i64);
+        BudgetPermit {
+            budget: Some(self.inner.clone()),
+            bytes,
+        }
+    }
+}
+
+/// Bytes taken from an [`InflightBudget`]; given back when dropped.
+#[derive(Debug)]
+pub struct BudgetPermit {
+    budget: Option<Arc<BudgetInner>>,
+    bytes: usize,
+}
+
+impl BudgetPermit {
+    /// A permit tied to no budget (for code paths that are not metered,
+    /// such as tests and the bench's in-process servers).
+    pub fn detached() -> Self {
+        BudgetPermit {
+            budget: None,
+            bytes: 0,
+        }
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Moves `n` bytes (at most what is held) into a new permit: the part of
+    /// a read buffer that became one frame travels with that frame.
+    pub fn split(&mut self, n: usize) -> BudgetPermit {
+        let n = n.min(self.bytes);
+        self.bytes -= n;
+        BudgetPermit {
+            budget: self.budget.clone(),
+            bytes: n,
+        }
+    }
+
+    /// Adds what `other` holds to this permit.
+    pub fn merge(&mut self, mut other: BudgetPermit) {
+        if other.budget.is_none() {
+            return;
+        }
+        if self.budget.is_none() {
+            self.budget = other.budget.take();
+            self.bytes = std::mem::take(&mut other.bytes);
+            return;
+        }
+        self.bytes += std::mem::take(&mut other.bytes);
+    }
+
+    /// Gives back all but `keep` bytes now.
+    pub fn shrink_to(&mut self, keep: usize) {
+        if keep < self.bytes {
+            let extra = self.split(self.bytes - keep);
+            drop(extra);
+        }
+    }
+}
+
+impl Drop for BudgetPermit {
+    fn drop(&mut self) {
+        if let Some(b) = &self.budget {
+            if self.bytes > 0 {
+                b.in_use.dec_by(self.bytes as i64);
+                b.bytes.add_permits(self.bytes);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn bytes_come_back_when_permits_drop() {
+        let b = InflightBudget::new(100);
+        let mut p = b.acquire(60).await;
+        assert_eq!(b.in_use(), 60);
+        assert!(b.try_acquire(50).is_none());
+        let frame = p.split(20);
+        drop(p);
+        assert_eq!(b.in_use(), 20);
+        drop(frame);
+        assert_eq!(b.in_use(), 0);
+        assert_eq!(b.in_use_gauge().get(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_reader_waits_while_the_budget_is_spent() {
+        let b = InflightBudget::new(10);
+        let held = b.acquire(10).await;
+        let b2 = b.clone();
+        let waiter = tokio::spawn(async move { b2.acquire(5).await.bytes() });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished());
+        drop(held);
+        assert_eq!(waiter.await.unwrap(), 5);
+    }
+
+    #[tokio::test]
+    async fn oversize_requests_are_clamped_and_merges_add_up() {
+        let b = InflightBudget::new(10);
+        let mut p = b.acquire(1_000).await;
+        assert_eq!(p.bytes(), 10);
+        p.shrink_to(4);
+        assert_eq!(b.in_use(), 4);
+        let mut e = b.empty();
+        e.merge(p);
+        assert_eq!(e.bytes(), 4);
+        drop(e);
+        assert_eq!(b.in_use(), 0);
+    }
+}
