@@ -73,10 +73,9 @@ impl InflightBudget {
         // `acquire_many` takes a u32; a bigger request is taken in pieces.
         while got < want {
             let step = (want - got).min(u32::MAX as usize) as u32;
-            match self.inner.bytes.acquire_many(step).await {
-                Ok(p) => p.forget(),
-                // The semaphore is never closed; treat it as granted.
-                Err(_) => {}
+            // The semaphore is never closed, so the error case cannot happen.
+            if let Ok(p) = self.inner.bytes.acquire_many(step).await {
+                p.forget();
             }
             got += step as usize;
         }
