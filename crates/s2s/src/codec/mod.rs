@@ -1,21 +1,28 @@
 //! The Site-to-Site wire format, pure: bytes in, values out, no I/O.
 //!
-//! Every decoder takes the bytes received so far and answers
-//! `Ok(Some((value, consumed)))`, `Ok(None)` when more bytes are needed, or a
-//! [`CodecError`] when the input can never become valid. Encoders append to a
-//! `BytesMut`. Sizes are bounded by [`PacketLimits`] before anything is
-//! allocated, so hostile input cannot make a decoder allocate without bound.
+//! The small messages of a connection (magic, handshake, requests, response
+//! codes, peer lists) are decoded by functions that take the bytes received
+//! so far and answer `Ok(Some((value, consumed)))`, `Ok(None)` when more
+//! bytes are needed, or a [`CodecError`] when the input can never become
+//! valid. FlowFile packets, which can be large and arrive in many reads, go
+//! through the resumable [`PacketDecoder`] instead, which never decodes a
+//! byte twice. Encoders append to a `BytesMut`. Sizes are bounded by
+//! [`PacketLimits`] before anything is allocated, so hostile input cannot
+//! make a decoder allocate without bound.
 //!
 //! Not here: sockets, timeouts, transactions (see `server` and `client`).
 
+mod compression;
 mod error;
 mod handshake;
 mod packet;
+mod packet_decoder;
 mod peers;
 mod reader;
 mod response;
 mod utf;
 
+pub use compression::{encode_compressed, COMPRESSION_CHUNK, MAX_CHUNK, SYNC};
 pub use error::CodecError;
 pub use handshake::{
     decode_handshake, decode_magic, decode_request, decode_resource_offer, decode_resource_reply,
@@ -23,11 +30,8 @@ pub use handshake::{
     RequestType, ResourceOffer, ResourceReply, CODEC_NAME, CODEC_VERSION, MAGIC, PROTOCOL_NAME,
     PROTOCOL_VERSION,
 };
-pub use packet::{
-    decode_compressed_packet, decode_packet, encode_compressed, encode_packet,
-    encode_packet_header, split_packet, DataPacket, PacketFrame, PacketLimits, COMPRESSION_CHUNK,
-    SYNC,
-};
+pub use packet::{encode_packet, encode_packet_header, DataPacket, PacketLimits};
+pub use packet_decoder::PacketDecoder;
 pub use peers::{decode_peer_list, encode_peer_list, PeerInfo};
 pub use response::{decode_response, encode_response, Response, ResponseCode};
 pub use utf::{decode_utf, encode_utf};
@@ -61,14 +65,14 @@ mod proptests {
             encode_packet(&p, &mut plain);
             let mut wire = BytesMut::new();
             if gzip { encode_compressed(&plain, &mut wire) } else { wire.extend_from_slice(&plain) }
-            let total = wire.len();
             let mut crc = crc32fast::Hasher::new();
-            let (q, n) = split_packet(&mut wire, gzip, &PacketLimits::default(), &mut crc).unwrap().unwrap();
+            let mut decoder = PacketDecoder::new(gzip, PacketLimits::default());
+            let (q, n) = decoder.decode(&mut wire, &mut crc).unwrap().unwrap();
             prop_assert_eq!(q, p);
             prop_assert_eq!(n, plain.len());
             prop_assert!(wire.is_empty());
+            prop_assert!(decoder.is_idle());
             prop_assert_eq!(crc.finalize(), crc32fast::hash(&plain));
-            prop_assert!(total > 0);
         }
 
         #[test]
@@ -110,9 +114,11 @@ mod proptests {
 
         #[test]
         fn decoders_never_panic_on_garbage(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
-            let l = PacketLimits::default();
-            let _ = decode_packet(&bytes, &l);
-            let _ = decode_compressed_packet(&bytes, &l);
+            for gzip in [false, true] {
+                let mut buf = BytesMut::from(&bytes[..]);
+                let mut d = PacketDecoder::new(gzip, PacketLimits::default());
+                while let Ok(Some(_)) = d.decode(&mut buf, &mut crc32fast::Hasher::new()) {}
+            }
             let _ = decode_handshake(&bytes);
             let _ = decode_response(&bytes);
             let _ = decode_request(&bytes);

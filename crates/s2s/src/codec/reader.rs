@@ -56,13 +56,6 @@ impl<'a> Reader<'a> {
         Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
 
-    pub(crate) fn i64(&mut self) -> Result<i64, Stop> {
-        let b = self.take(8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Ok(i64::from_be_bytes(a))
-    }
-
     /// A Java `readUTF` string.
     pub(crate) fn utf(&mut self, what: &'static str) -> Result<String, Stop> {
         let len = self.u16()? as usize;
@@ -73,21 +66,21 @@ impl<'a> Reader<'a> {
     /// A count field: non-negative and at most `limit`.
     pub(crate) fn count(&mut self, what: &'static str, limit: u64) -> Result<usize, Stop> {
         let v = self.i32()?;
-        bounded(what, v as i64, limit)
+        Ok(bounded(what, v as i64, limit)?)
     }
 }
 
 /// Checks a length field read from the wire against its limit.
-pub(crate) fn bounded(what: &'static str, value: i64, limit: u64) -> Result<usize, Stop> {
+pub(crate) fn bounded(what: &'static str, value: i64, limit: u64) -> Result<usize, CodecError> {
     if value < 0 {
-        return Err(Stop::Bad(CodecError::Negative { what, value }));
+        return Err(CodecError::Negative { what, value });
     }
     if value as u64 > limit {
-        return Err(Stop::Bad(CodecError::TooLarge {
+        return Err(CodecError::TooLarge {
             what,
             value: value as u64,
             limit,
-        }));
+        });
     }
     Ok(value as usize)
 }

@@ -25,11 +25,16 @@ use super::transactions::{rollback_data, TxData};
 use super::{
     HttpState, BATCH_COUNT_HEADER, PROTOCOL_VERSION_HEADER, TTL_HEADER, USE_COMPRESSION_HEADER,
 };
-use crate::codec::{encode_compressed, encode_packet, split_packet, ResponseCode};
+use crate::codec::{encode_compressed, encode_packet, PacketDecoder, ResponseCode};
+use crate::frame_io::{release_drained, TransactionBudget};
 use crate::ports::{packet_for, PortRef};
 
 const INPUT: &str = "input-ports";
 const OUTPUT: &str = "output-ports";
+/// Bytes taken from the in-flight budget ahead of each body frame. hyper
+/// hands the body over in frames of what one socket read brought; a larger
+/// frame is covered right after it arrives, before the next one is read.
+const BODY_FRAME_ALLOWANCE: usize = 64 << 10;
 
 /// A `TransactionResultEntity` body with `status`.
 fn result(status: StatusCode, code: ResponseCode, message: impl Into<String>) -> Response {
@@ -189,7 +194,12 @@ pub(crate) async fn receive_flow_files(
     };
     let gzip = flag(req.headers(), USE_COMPRESSION_HEADER);
     let cfg = st.ports.config();
-    let (limits, t) = (cfg.packet_limits(), cfg.read_timeout());
+    let t = cfg.read_timeout();
+    let mut decoder = PacketDecoder::new(gzip, cfg.packet_limits());
+    // Held while the body is read. The packets then wait in the transaction
+    // table for the client's DELETE, unmetered: the table's data has no
+    // place for the permit yet.
+    let mut held = TransactionBudget::new(st.ports.hub().budget(), t);
     let mut body = req.into_body();
     let mut buf = BytesMut::new();
     let mut crc = crc32fast::Hasher::new();
@@ -197,11 +207,14 @@ pub(crate) async fn receive_flow_files(
     let mut bytes: u64 = 0;
     let outcome: Result<(), (&'static str, String)> = async {
         loop {
-            while let Some((p, n)) = split_packet(&mut buf, gzip, &limits, &mut crc)
+            while let Some((p, n)) = decoder
+                .decode(&mut buf, &mut crc)
                 .map_err(|e| ("bad_frame", e.to_string()))?
             {
                 packets.push(p);
                 bytes += n as u64;
+                held.add_packet(n);
+                release_drained(&mut buf);
                 if packets.len() as u64 > cfg.max_transaction_flowfiles
                     || bytes > cfg.max_transaction_bytes
                 {
@@ -211,6 +224,19 @@ pub(crate) async fn receive_flow_files(
                     ));
                 }
             }
+            // Refused as soon as a packet announces more than the room left.
+            if !decoder.is_idle() && bytes + decoder.announced_bytes() > cfg.max_transaction_bytes {
+                return Err((
+                    "limit",
+                    format!(
+                        "transaction exceeds its limit of {} bytes",
+                        cfg.max_transaction_bytes
+                    ),
+                ));
+            }
+            held.cover(buf.len() + decoder.held_bytes() + BODY_FRAME_ALLOWANCE)
+                .await
+                .map_err(|e| ("limit", e.to_string()))?;
             match tokio::time::timeout(t, body.frame()).await {
                 Err(_) => return Err(("read_timeout", "timed out reading flow-files".into())),
                 Ok(None) => break,
@@ -222,15 +248,19 @@ pub(crate) async fn receive_flow_files(
                 }
             }
         }
-        if !buf.is_empty() {
+        if !buf.is_empty() || !decoder.is_idle() {
             return Err((
                 "bad_frame",
-                format!("{} bytes of an unfinished packet at the end", buf.len()),
+                format!(
+                    "{} bytes of an unfinished packet at the end",
+                    buf.len() + decoder.held_bytes()
+                ),
             ));
         }
         Ok(())
     }
     .await;
+    drop(held);
     if let Err((kind, msg)) = outcome {
         st.ports.metrics().error(kind);
         warn!(error = %msg, transaction = %tx, "s2s http flow-files failed; transaction rolled back");
