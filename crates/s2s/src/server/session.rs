@@ -4,6 +4,7 @@
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::frame_io::QuickAck;
+use tidegate_listener::Connection;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -43,15 +44,16 @@ pub(crate) struct Session<S> {
 
 /// Serves one accepted connection until it ends; errors are logged and
 /// counted, never propagated.
-pub(crate) async fn serve<S>(
-    stream: S,
-    dn: Option<String>,
-    ports: S2sPorts,
-    raw_port: u16,
-    shutdown: CancellationToken,
-) where
-    S: AsyncRead + AsyncWrite + Unpin + QuickAck,
-{
+pub(crate) async fn serve(conn: Connection, ports: S2sPorts, raw_port: u16) {
+    // TODO(codec): read through `conn.inbound` (budget, idle and
+    // partial-frame timeouts); FrameIo still applies its own timeouts.
+    let Connection {
+        stream,
+        tls,
+        shutdown,
+        ..
+    } = conn;
+    let dn = tls.and_then(|t| t.client_dn);
     let mut s = Session {
         io: FrameIo::new(stream),
         ports,
