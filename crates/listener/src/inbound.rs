@@ -153,6 +153,12 @@ impl Inbound {
         self.frame
     }
 
+    /// When the connection last moved a byte either way; a session whose
+    /// bytes are read by a library (hyper) watches it for the idle timeout.
+    pub fn activity(&self) -> &Activity {
+        &self.activity
+    }
+
     /// Bytes of the budget this connection holds for its buffer.
     pub fn held_bytes(&self) -> usize {
         self.held.bytes()

@@ -37,11 +37,25 @@ pub enum Command {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
-    /// Print the effective configuration (defaults merged with `--config`) as TOML.
+    /// Print the effective configuration (defaults merged with `--config`)
+    /// as TOML, secrets redacted; or check it.
     Config {
         /// TOML configuration file.
         #[arg(long, short)]
         config: Option<PathBuf>,
+        /// Run every check `serve` runs before serving (Kafka settings, TLS
+        /// files, routes, S2S ports, every listener bound and released) and
+        /// stop; exit 0 when all pass, 2 naming the first problem.
+        #[arg(long)]
+        check: bool,
+        /// `--check`, then connect to each configured sink (Kafka: a
+        /// metadata request) and report what was found; exit 1 when a sink
+        /// cannot be reached.
+        #[arg(long)]
+        probe: bool,
+        /// How long `--probe` waits for each sink, milliseconds.
+        #[arg(long, default_value_t = 10_000)]
+        probe_timeout_ms: u64,
     },
     /// Run a load scenario reproducing a reference experiment. Without
     /// `--target`, a `tidegate serve` child is started on free ports and its

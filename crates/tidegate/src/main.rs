@@ -1,12 +1,19 @@
 //! `tidegate`: the message hub's one binary — `serve`, `config`, `bench`.
+//!
+//! Exit codes: 0 clean stop; 2 the configuration cannot be served (named
+//! file, key and reason); 1 a failure while serving (a listener down, a
+//! sink unreachable on `config --probe`).
 
 mod cli;
 mod config;
+mod fd_limit;
 mod http;
 mod logging;
+mod preflight;
 mod serve;
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 
@@ -16,16 +23,45 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     logging::init(cli.log_format);
     match cli.command {
-        Command::Config { config } => match config::load(config.as_deref()) {
-            Ok(c) => {
-                print!("{}", config::render(&c));
+        Command::Config {
+            config,
+            check,
+            probe,
+            probe_timeout_ms,
+        } => {
+            let cfg = match config::load(config.as_deref()) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("tidegate: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            if !check && !probe {
+                print!("{}", config::render(&cfg));
+                return ExitCode::SUCCESS;
+            }
+            runtime().block_on(async {
+                let prepared = match preflight::prepare(cfg, config.as_deref()) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        eprintln!("tidegate: {e}");
+                        return ExitCode::from(2);
+                    }
+                };
+                print!("{}", preflight::summary(&prepared));
+                if probe {
+                    match preflight::probe(&prepared, Duration::from_millis(probe_timeout_ms)).await
+                    {
+                        Ok(found) => print!("{found}"),
+                        Err(e) => {
+                            eprintln!("tidegate: {e}");
+                            return ExitCode::FAILURE;
+                        }
+                    }
+                }
                 ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("tidegate: {e}");
-                ExitCode::from(2)
-            }
-        },
+            })
+        }
         Command::Serve { config } => {
             let cfg = match config::load(config.as_deref()) {
                 Ok(c) => c,
@@ -34,9 +70,10 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            match runtime().block_on(serve::serve(cfg)) {
+            fd_limit::raise(&cfg);
+            match runtime().block_on(serve::serve(cfg, config.as_deref())) {
                 Ok(()) => ExitCode::SUCCESS,
-                Err(serve::ServeError::Config(e)) => {
+                Err(serve::ServeError::Preflight(e)) => {
                     eprintln!("tidegate: {e}");
                     ExitCode::from(2)
                 }

@@ -1,189 +1,168 @@
-//! `tidegate serve`: build sinks and routes, bind every enabled listener
-//! (failing fast, before serving anything), serve until SIGINT/SIGTERM, then
-//! stop accepting and give in-flight work a bounded time to finish.
+//! `tidegate serve`: run what [`preflight::prepare`] checked and bound,
+//! serve until SIGINT/SIGTERM, then stop accepting and give in-flight work a
+//! bounded time to finish.
+//!
+//! A listener that stops or fails on its own (or panics) is a failure of
+//! the whole process: the others are drained and `serve` returns an error,
+//! so the process exits non-zero and a supervisor (systemd, Kubernetes)
+//! sees it — never a clean-looking exit 0 with a port missing.
 
-use std::future::{Future, IntoFuture};
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::future::Future;
+use std::path::Path;
 use std::time::Duration;
 
 use thiserror::Error;
-use tidegate_forward::ForwardServer;
-use tidegate_hub::{Hub, NullSink, RouteTable, Sink};
-use tidegate_kafka::KafkaSink;
-use tidegate_s2s::{S2sPorts, S2sServer};
-use tidegate_wire::server::WireServer;
-use tidegate_wire::sockperf::SockperfServer;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::config::Config;
+use crate::http::{self, Readiness};
+use crate::preflight::{self, PreflightError, Prepared};
 
 /// Why `serve` stopped with an error.
 #[derive(Debug, Error)]
 pub enum ServeError {
-    /// The configuration cannot be used (exit code 2).
-    #[error("{0}")]
-    Config(String),
-    /// A listener could not be bound.
-    #[error("cannot bind [{section}] listen = {addr}: {source}")]
-    Bind {
-        /// Config section.
-        section: &'static str,
-        /// Address.
-        addr: std::net::SocketAddr,
-        /// Why.
-        source: std::io::Error,
+    /// The configuration cannot be served (exit code 2).
+    #[error(transparent)]
+    Preflight(#[from] PreflightError),
+    /// A listener failed or stopped while serving (exit code 1).
+    #[error("listener [{listener}] {what}; the process stopped")]
+    ListenerFailed {
+        /// Its section.
+        listener: &'static str,
+        /// What happened.
+        what: String,
     },
-    /// A sink could not be started.
-    #[error("cannot start sink {name}: {reason}")]
-    Sink {
-        /// Sink name.
-        name: &'static str,
-        /// Why.
-        reason: String,
-    },
-}
-
-fn bind_err(section: &'static str, addr: SocketAddr) -> impl FnOnce(std::io::Error) -> ServeError {
-    move |source| ServeError::Bind {
-        section,
-        addr,
-        source,
-    }
 }
 
 /// The running listeners: each task ends with its name and how it ended.
 type Listeners = JoinSet<(&'static str, Result<(), String>)>;
 
-/// Spawns a bound listener's serve loop, logging where it listens.
-fn start<F, E>(tasks: &mut Listeners, name: &'static str, addr: SocketAddr, serving: F)
+/// Spawns a bound listener's serve loop, marking it ready.
+fn start<F, E>(tasks: &mut Listeners, readiness: &Readiness, name: &'static str, serving: F)
 where
     F: Future<Output = Result<(), E>> + Send + 'static,
     E: std::fmt::Display,
 {
-    info!(listener = name, listen = %addr, "listening");
-    tasks.spawn(async move { (name, serving.await.map_err(|e| e.to_string())) });
+    readiness.set_listener(name, true);
+    let readiness = readiness.clone();
+    tasks.spawn(async move {
+        let r = serving.await.map_err(|e| e.to_string());
+        readiness.set_listener(name, false);
+        (name, r)
+    });
 }
 
-/// Runs the hub until a shutdown signal.
-pub async fn serve(config: Config) -> Result<(), ServeError> {
-    let mut sinks: Vec<Arc<dyn Sink>> = vec![Arc::new(NullSink)];
-    let kafka = match &config.sinks.kafka {
-        Some(k) => {
-            let sink = Arc::new(KafkaSink::new(k.clone()).map_err(|e| ServeError::Sink {
-                name: "kafka",
-                reason: e.to_string(),
-            })?);
-            sinks.push(sink.clone());
-            Some(sink)
-        }
-        None => None,
-    };
-    let routes =
-        RouteTable::build(&config.routes, &sinks).map_err(|e| ServeError::Config(e.to_string()))?;
-    let hub = Hub::new(routes);
-    if let Some(k) = &kafka {
-        k.register_metrics(hub.metrics());
-    }
+/// Checks and binds `config`, then serves until a shutdown signal.
+pub async fn serve(config: Config, file: Option<&Path>) -> Result<(), ServeError> {
+    let prepared = preflight::prepare(config, file)?;
+    run(prepared).await
+}
 
+async fn run(p: Prepared) -> Result<(), ServeError> {
+    let Prepared {
+        config,
+        hub,
+        sinks,
+        kafka: _,
+        s2s_ports,
+        http,
+        wire,
+        sockperf,
+        forward,
+        s2s,
+    } = p;
     let shutdown = CancellationToken::new();
+    let grace = Duration::from_millis(config.hub.shutdown_grace_ms);
+    let readiness = Readiness::default();
+    for sink in &sinks {
+        readiness.add_sink(sink.clone());
+    }
     let mut tasks: Listeners = JoinSet::new();
 
-    // One set of S2S ports shared by the RAW listener and the HTTP transport,
-    // so an output port has one queue whichever transport drains it.
-    let s2s_ports = S2sPorts::new(config.s2s.clone(), hub.clone())
-        .map_err(|e| ServeError::Config(format!("[s2s] port topic: {e}")))?;
-
-    // Bind everything first: a port in use stops start-up before anything serves.
-    let raw_port = if config.s2s.enabled {
-        let s = S2sServer::bind(config.s2s.clone())
-            .await
-            .map_err(bind_err("s2s", config.s2s.listen))?
-            .with_ports(s2s_ports.clone());
-        let port = s.local_addr().map(|a| a.port()).ok();
+    let raw_port = s2s.as_ref().map(|s| s.local_addr().port());
+    if let Some(s) = s2s {
         start(
             &mut tasks,
+            &readiness,
             "s2s",
-            config.s2s.listen,
             s.run(hub.clone(), shutdown.clone()),
         );
-        port
-    } else {
-        None
-    };
-    if config.wire.enabled {
-        let s = WireServer::bind(config.wire.clone())
-            .await
-            .map_err(bind_err("wire", config.wire.listen))?;
+    }
+    if let Some(s) = wire {
         start(
             &mut tasks,
+            &readiness,
             "wire",
-            config.wire.listen,
             s.run(hub.clone(), shutdown.clone()),
         );
     }
-    if config.sockperf.enabled {
-        let s = SockperfServer::bind(config.sockperf.clone())
-            .await
-            .map_err(bind_err("sockperf", config.sockperf.listen))?;
+    if let Some(s) = sockperf {
         start(
             &mut tasks,
+            &readiness,
             "sockperf",
-            config.sockperf.listen,
             s.run(hub.clone(), shutdown.clone()),
         );
     }
-    if config.forward.enabled {
-        let s = ForwardServer::bind(config.forward.clone())
-            .await
-            .map_err(bind_err("forward", config.forward.listen))?;
+    if let Some(s) = forward {
         start(
             &mut tasks,
+            &readiness,
             "forward",
-            config.forward.listen,
             s.run(hub.clone(), shutdown.clone()),
         );
     }
-    if config.http.enabled {
-        let listener = tokio::net::TcpListener::bind(config.http.listen)
-            .await
-            .map_err(bind_err("http", config.http.listen))?;
-        let http_port = listener
-            .local_addr()
-            .map(|a| a.port())
-            .unwrap_or(config.http.listen.port());
-        let app = crate::http::router(hub.clone()).merge(tidegate_s2s::http::router_with_ports(
-            s2s_ports, http_port, raw_port,
-        ));
-        let t = shutdown.clone();
-        let serving =
-            axum::serve(listener, app).with_graceful_shutdown(async move { t.cancelled().await });
-        start(
-            &mut tasks,
-            "http",
-            config.http.listen,
-            serving.into_future(),
+    if let Some(l) = http {
+        let port = l.local_addr().port();
+        let app = http::routes::router(hub.clone(), readiness.clone()).merge(
+            tidegate_s2s::http::router_with_ports(s2s_ports, port, raw_port),
         );
+        let app = http::server::with_limits(app, &config.http, hub.budget().clone());
+        let (hub, token) = (hub.clone(), shutdown.clone());
+        start(&mut tasks, &readiness, "http", async move {
+            l.run(&hub, token, grace, move |conn| {
+                http::server::serve_connection(conn, app.clone())
+            })
+            .await
+        });
     }
     info!(version = env!("CARGO_PKG_VERSION"), "tidegate serving");
+    let result = supervise(&mut tasks, &readiness, &shutdown, grace, shutdown_signal()).await;
+    hub.close();
+    hub.flush_sinks(grace).await;
+    info!("tidegate stopped");
+    result
+}
 
-    // Serve until a signal, or until a listener dies on its own.
+/// Waits for `stop` or for a listener to end on its own, then cancels
+/// `shutdown` and drains every listener for up to `grace`. A listener that
+/// ended on its own is an error, whatever the others do.
+async fn supervise(
+    tasks: &mut Listeners,
+    readiness: &Readiness,
+    shutdown: &CancellationToken,
+    grace: Duration,
+    stop: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let mut failure = None;
     tokio::select! {
-        _ = shutdown_signal() => info!("shutdown signal received: no longer accepting"),
+        _ = stop => info!("shutdown signal received: no longer accepting"),
         Some(done) = tasks.join_next() => {
-            match done {
-                Ok((name, Err(e))) => error!(listener = name, error = %e, "listener failed; shutting down"),
-                Ok((name, Ok(()))) => warn!(listener = name, "listener stopped; shutting down"),
-                Err(e) => error!(error = %e, "listener task panicked; shutting down"),
-            }
+            let (listener, what) = match done {
+                Ok((name, Err(e))) => (name, format!("failed: {e}")),
+                Ok((name, Ok(()))) => (name, "stopped on its own".to_owned()),
+                Err(e) => ("?", format!("task ended abnormally: {e}")),
+            };
+            error!(listener, %what, "listener down; draining the others and exiting non-zero");
+            failure = Some(ServeError::ListenerFailed { listener, what });
         }
     }
+    readiness.set_stopping();
     shutdown.cancel();
 
-    let grace = Duration::from_millis(config.hub.shutdown_grace_ms);
-    let drained = tokio::time::timeout(grace, async {
+    let drained = tokio::time::timeout(grace + Duration::from_secs(1), async {
         while let Some(r) = tasks.join_next().await {
             if let Ok((name, Err(e))) = r {
                 warn!(listener = name, error = %e, "listener ended with an error during shutdown");
@@ -198,10 +177,10 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         );
         tasks.abort_all();
     }
-    hub.close();
-    hub.flush_sinks(grace).await;
-    info!("tidegate stopped");
-    Ok(())
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 async fn shutdown_signal() {
@@ -210,5 +189,89 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serving_until(token: CancellationToken) -> impl Future<Output = Result<(), String>> {
+        async move {
+            token.cancelled().await;
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_listener_that_fails_stops_the_others_and_is_an_error() {
+        let (mut tasks, readiness, shutdown) = (
+            Listeners::new(),
+            Readiness::default(),
+            CancellationToken::new(),
+        );
+        start(
+            &mut tasks,
+            &readiness,
+            "forward",
+            serving_until(shutdown.clone()),
+        );
+        start(&mut tasks, &readiness, "s2s", async {
+            Err::<(), _>("tls.cert = \"/x\": No such file or directory".to_owned())
+        });
+        let r = supervise(
+            &mut tasks,
+            &readiness,
+            &shutdown,
+            Duration::from_secs(1),
+            std::future::pending(),
+        )
+        .await;
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("[s2s]") && e.contains("/x"), "{e}");
+        assert!(
+            shutdown.is_cancelled(),
+            "the other listeners were not told to stop"
+        );
+        assert!(tasks.is_empty(), "a listener was left running");
+        assert!(!readiness.report().ready);
+    }
+
+    #[tokio::test]
+    async fn a_listener_that_stops_on_its_own_is_an_error_too_and_a_signal_is_not() {
+        let (mut tasks, readiness, shutdown) = (
+            Listeners::new(),
+            Readiness::default(),
+            CancellationToken::new(),
+        );
+        start(&mut tasks, &readiness, "wire", async {
+            Ok::<(), String>(())
+        });
+        let r = supervise(
+            &mut tasks,
+            &readiness,
+            &shutdown,
+            Duration::from_secs(1),
+            std::future::pending(),
+        )
+        .await;
+        assert!(r.unwrap_err().to_string().contains("stopped on its own"));
+
+        let (mut tasks, shutdown) = (Listeners::new(), CancellationToken::new());
+        start(
+            &mut tasks,
+            &readiness,
+            "wire",
+            serving_until(shutdown.clone()),
+        );
+        let r = supervise(
+            &mut tasks,
+            &readiness,
+            &shutdown,
+            Duration::from_secs(1),
+            async {},
+        )
+        .await;
+        assert!(r.is_ok());
     }
 }

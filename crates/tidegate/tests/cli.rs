@@ -148,7 +148,8 @@ fn a_port_in_use_is_a_clear_error() {
         .arg(&path)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    // A port that cannot be bound is found before anything serves: exit 2.
+    assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("[http]") && err.contains(&addr.to_string()),

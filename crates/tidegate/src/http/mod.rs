@@ -1,0 +1,17 @@
+//! The `[http]` listener: one HTTP/1.1 server on the listener core carrying
+//! Tidegate's own routes (`/metrics`, `/healthz`, `/readyz`, `/`) and the
+//! routers protocol crates contribute (S2S under `/nifi-api/`).
+//!
+//! - [`config`]: the `[http]` section.
+//! - [`routes`]: the hub's own routes.
+//! - [`health`]: what `/readyz` knows (listeners accepting, sinks ready).
+//! - [`server`]: hyper on a listener-core connection, with the header-read,
+//!   request and idle timeouts, the body limit and the byte budget.
+
+pub mod config;
+pub mod health;
+pub mod routes;
+pub mod server;
+
+pub use config::HttpConfig;
+pub use health::Readiness;

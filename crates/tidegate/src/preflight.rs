@@ -1,0 +1,173 @@
+//! Everything that can be wrong with a configuration, found before the
+//! first port opens: Kafka settings accepted by librdkafka, every listener's
+//! TLS files loaded, every route's sink present, S2S port topics valid, and
+//! then every listener bound. `tidegate serve` runs this and only then
+//! serves; `tidegate config --check` runs exactly this and stops;
+//! `--probe` also asks each sink's servers what they have.
+//!
+//! A failure leaves nothing half-open: listeners bound before the failing
+//! one are dropped (closed) with the error.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use thiserror::Error;
+use tidegate_forward::ForwardServer;
+use tidegate_hub::{Hub, InflightBudget, NullSink, RouteTable, Sink};
+use tidegate_kafka::KafkaSink;
+use tidegate_listener::{load_tls, Listener, ListenerError};
+use tidegate_s2s::{S2sPorts, S2sServer};
+use tidegate_wire::server::WireServer;
+use tidegate_wire::sockperf::SockperfServer;
+
+use crate::config::Config;
+
+/// Why a configuration cannot be served (exit code 2).
+#[derive(Debug, Error)]
+#[error("config file {file}: {message}")]
+pub struct PreflightError {
+    /// The configuration file (`<defaults>` when none).
+    pub file: String,
+    /// What is wrong, naming the section and key.
+    pub message: String,
+}
+
+/// A configuration checked and its listeners bound; nothing accepts yet
+/// (the kernel queues connections until the servers run).
+pub struct Prepared {
+    /// The configuration.
+    pub config: Config,
+    /// The hub, with its routes and budget.
+    pub hub: Hub,
+    /// Every sink routes may use, the null sink first.
+    pub sinks: Vec<Arc<dyn Sink>>,
+    /// The Kafka sink, when configured.
+    pub kafka: Option<Arc<KafkaSink>>,
+    /// S2S ports shared by the RAW listener and the HTTP transport.
+    pub s2s_ports: S2sPorts,
+    /// `[http]`, bound.
+    pub http: Option<Listener>,
+    /// `[wire]`, bound.
+    pub wire: Option<WireServer>,
+    /// `[sockperf]`, bound.
+    pub sockperf: Option<SockperfServer>,
+    /// `[forward]`, bound.
+    pub forward: Option<ForwardServer>,
+    /// `[s2s]`, bound.
+    pub s2s: Option<S2sServer>,
+}
+
+/// Checks `config` and binds its listeners. Must run inside a tokio runtime.
+pub fn prepare(config: Config, file: Option<&Path>) -> Result<Prepared, PreflightError> {
+    let fail = |message: String| PreflightError {
+        file: file.map_or("<defaults>".into(), |p| p.display().to_string()),
+        message,
+    };
+    let listener_err = |e: ListenerError| fail(e.to_string());
+
+    if let Some(k) = &config.sinks.kafka {
+        tidegate_kafka::validate(k).map_err(|e| fail(format!("[sinks.kafka] {e}")))?;
+    }
+    // Every TLS file, before any port opens.
+    for (section, settings) in config.listeners() {
+        load_tls(section, &settings).map_err(listener_err)?;
+    }
+
+    let mut sinks: Vec<Arc<dyn Sink>> = vec![Arc::new(NullSink)];
+    let kafka = match &config.sinks.kafka {
+        Some(k) => {
+            let sink = Arc::new(
+                KafkaSink::new(k.clone()).map_err(|e| fail(format!("[sinks.kafka] {e}")))?,
+            );
+            sinks.push(sink.clone());
+            Some(sink)
+        }
+        None => None,
+    };
+    let routes = RouteTable::build(&config.routes, &sinks).map_err(|e| fail(e.to_string()))?;
+    let hub = Hub::with_budget(routes, InflightBudget::new(config.hub.max_inflight_bytes));
+    if let Some(k) = &kafka {
+        k.register_metrics(hub.metrics());
+    }
+    let s2s_ports = S2sPorts::new(config.s2s.clone(), hub.clone())
+        .map_err(|e| fail(format!("[[s2s.input_ports]] / [[s2s.output_ports]]: {e}")))?;
+
+    // Bind in order; an error drops (closes) what was bound before it.
+    let http = if config.http.listener.enabled {
+        Some(Listener::bind("http", config.http.listener.settings()).map_err(listener_err)?)
+    } else {
+        None
+    };
+    let wire = if config.wire.listener.enabled {
+        Some(WireServer::bind(config.wire.clone()).map_err(listener_err)?)
+    } else {
+        None
+    };
+    let sockperf = if config.sockperf.listener.enabled {
+        Some(SockperfServer::bind(config.sockperf.clone()).map_err(listener_err)?)
+    } else {
+        None
+    };
+    let forward = if config.forward.listener.enabled {
+        Some(ForwardServer::bind(config.forward.clone()).map_err(listener_err)?)
+    } else {
+        None
+    };
+    let s2s = if config.s2s.listener.enabled {
+        Some(
+            S2sServer::bind(config.s2s.clone())
+                .map_err(listener_err)?
+                .with_ports(s2s_ports.clone()),
+        )
+    } else {
+        None
+    };
+    Ok(Prepared {
+        config,
+        hub,
+        sinks,
+        kafka,
+        s2s_ports,
+        http,
+        wire,
+        sockperf,
+        forward,
+        s2s,
+    })
+}
+
+/// What `config --check` / `--probe` prints on success.
+pub fn summary(p: &Prepared) -> String {
+    let mut out = String::from("configuration ok\n");
+    for (section, settings) in p.config.listeners() {
+        out.push_str(&format!(
+            "  [{section}] listen = {} tls = {} max_connections = {}\n",
+            settings.listen,
+            settings.tls.is_some(),
+            settings.max_connections
+        ));
+    }
+    for r in &p.config.routes {
+        out.push_str(&format!("  route {} -> {}\n", r.topics, r.sink));
+    }
+    out.push_str(&format!(
+        "  [hub] max_inflight_bytes = {}\n",
+        p.config.hub.max_inflight_bytes
+    ));
+    out
+}
+
+/// Connects to each configured sink's servers and says what it found.
+pub async fn probe(p: &Prepared, timeout: Duration) -> Result<String, String> {
+    let mut out = String::new();
+    if let Some(k) = &p.config.sinks.kafka {
+        let report = tidegate_kafka::probe(k, timeout)
+            .await
+            .map_err(|e| format!("[sinks.kafka] probe failed: {e}"))?;
+        out.push_str(&format!("  [sinks.kafka] {report}\n"));
+    } else {
+        out.push_str("  no sink to probe\n");
+    }
+    Ok(out)
+}

@@ -1,0 +1,271 @@
+//! The process as an operator meets it: configuration problems found before
+//! any port opens (exit 2, naming file, key and path), `config --check`,
+//! `${VAR}` values and redacted secrets, `/healthz` and `/readyz`, and the
+//! HTTP server's limits (header-read timeout, body limit, idle timeout).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{free_addr, serve, EXE};
+
+/// Every listener on a free port, `extra` appended.
+fn config_on_free_ports(http: SocketAddr, extra: &str) -> String {
+    format!(
+        "[http]\nlisten = \"{http}\"\n[wire]\nlisten = \"{}\"\n[sockperf]\nlisten = \"{}\"\n[forward]\nlisten = \"{}\"\n[s2s]\nlisten = \"{}\"\n{extra}",
+        free_addr(),
+        free_addr(),
+        free_addr(),
+        free_addr()
+    )
+}
+
+fn write_config(dir: &tempfile::TempDir, text: &str) -> std::path::PathBuf {
+    let path = dir.path().join("tidegate.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn http_request(addr: SocketAddr, request: &str) -> std::io::Result<String> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.write_all(request.as_bytes())?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+fn get(addr: SocketAddr, path: &str) -> std::io::Result<String> {
+    http_request(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+    )
+}
+
+fn wait_for_http(addr: SocketAddr, served: &common::Served) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get(addr, "/healthz").is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "serve did not answer: {}",
+            served.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn missing_tls_files_stop_start_up_before_any_port_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let forward = free_addr();
+    let text = format!(
+        "[http]\nenabled = false\n[wire]\nenabled = false\n[sockperf]\nenabled = false\n[forward]\nlisten = \"{forward}\"\n[s2s]\nlisten = \"{}\"\n[s2s.tls]\ncert = \"/nonexistent/s2s-cert.pem\"\nkey = \"/nonexistent/s2s-key.pem\"\nclient_ca = \"/nonexistent/ca.pem\"\n",
+        free_addr()
+    );
+    let path = write_config(&dir, &text);
+    let mut child = Command::new(EXE)
+        .args(["serve", "--config"])
+        .arg(&path)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // While it runs (if it ran at all), the Forward port must never open.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        assert!(
+            TcpStream::connect(forward).is_err(),
+            "the forward port opened although the config is unusable"
+        );
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "serve did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("tidegate.toml") && err.contains("[s2s]") && err.contains("tls.cert"),
+        "{err}"
+    );
+    assert!(err.contains("/nonexistent/s2s-cert.pem"), "{err}");
+
+    // `config --check` finds the same problem without serving.
+    let out = Command::new(EXE)
+        .args(["config", "--check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/s2s-cert.pem"));
+}
+
+#[test]
+fn config_check_passes_a_good_file_and_refuses_unknown_keys_and_unset_variables() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = write_config(&dir, &config_on_free_ports(free_addr(), ""));
+    let out = Command::new(EXE)
+        .args(["config", "--check", "--config"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("configuration ok"));
+
+    for (text, expect) in [
+        ("[forward]\nmax_conections = 5\n", "forward.max_conections"),
+        (
+            "[forward]\nshared_key = \"${TIDEGATE_TEST_UNSET_KEY}\"\n",
+            "TIDEGATE_TEST_UNSET_KEY",
+        ),
+    ] {
+        let path = write_config(&dir, text);
+        let out = Command::new(EXE)
+            .args(["config", "--check", "--config"])
+            .arg(&path)
+            .env_remove("TIDEGATE_TEST_UNSET_KEY")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{text}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(expect) && err.contains("tidegate.toml"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn config_prints_values_from_the_environment_with_secrets_redacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        &dir,
+        "[forward]\nlisten = \"127.0.0.1:${TG_FWD_PORT:-24225}\"\nshared_key = \"${TG_SHARED}\"\n[wire]\ntokens = [\"wire-token-1\"]\n",
+    );
+    let out = Command::new(EXE)
+        .args(["config", "--config"])
+        .arg(&path)
+        .env("TG_SHARED", "very-secret-key")
+        .env_remove("TG_FWD_PORT")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("127.0.0.1:24225"), "{text}");
+    assert!(
+        !text.contains("very-secret-key") && !text.contains("wire-token-1"),
+        "{text}"
+    );
+    assert!(text.contains("<redacted>"), "{text}");
+}
+
+#[test]
+fn health_is_live_and_ready_names_what_is_not_ready() {
+    let http = free_addr();
+    // A Kafka sink whose broker does not exist: live, but not ready.
+    let dead_broker = free_addr();
+    let served = serve(&config_on_free_ports(
+        http,
+        &format!("[sinks.kafka]\nbrokers = \"{dead_broker}\"\n"),
+    ));
+    wait_for_http(http, &served);
+    let live = get(http, "/healthz").unwrap();
+    assert!(live.starts_with("HTTP/1.1 200"), "{live}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let ready = loop {
+        let r = get(http, "/readyz").unwrap();
+        if r.starts_with("HTTP/1.1 503") || Instant::now() > deadline {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
+    assert!(
+        ready.contains("kafka") && ready.contains("\"ready\":false"),
+        "{ready}"
+    );
+
+    // Without sinks, everything accepting: ready.
+    let http2 = free_addr();
+    let served2 = serve(&config_on_free_ports(http2, ""));
+    wait_for_http(http2, &served2);
+    let ready = get(http2, "/readyz").unwrap();
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    assert!(ready.contains("\"ready\":true"), "{ready}");
+}
+
+#[test]
+fn the_http_server_closes_slow_headers_refuses_big_bodies_and_drops_idle_connections() {
+    let http = free_addr();
+    let served = serve(&config_on_free_ports(
+        http,
+        "",
+    ).replacen(
+        &format!("[http]\nlisten = \"{http}\"\n"),
+        &format!("[http]\nlisten = \"{http}\"\nread_timeout_ms = 1000\nidle_timeout_ms = 1500\nmax_body_bytes = 1000\n"),
+        1,
+    ));
+    wait_for_http(http, &served);
+
+    // Half a request line, then nothing: closed by the header-read timeout.
+    let mut slow = TcpStream::connect(http).unwrap();
+    slow.write_all(b"GET /metr").unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let started = Instant::now();
+    let mut sink = Vec::new();
+    let _ = slow.read_to_end(&mut sink);
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "a trickled request line was held {:?}",
+        started.elapsed()
+    );
+
+    // A body announced larger than max_body_bytes: 413 naming the limit.
+    let r = http_request(
+        http,
+        "POST /nifi-api/data-transfer/input-ports/x/transactions/y/flow-files HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    assert!(r.starts_with("HTTP/1.1 413"), "{r}");
+    assert!(r.contains("max_body_bytes"), "{r}");
+
+    // A keep-alive connection left idle is closed.
+    let mut idle = TcpStream::connect(http).unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let started = Instant::now();
+    let mut all = Vec::new();
+    let _ = idle.read_to_end(&mut all);
+    let text = String::from_utf8_lossy(&all);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "an idle keep-alive connection was held {:?}",
+        started.elapsed()
+    );
+    let metrics = get(http, "/metrics").unwrap();
+    assert!(
+        metrics.contains("kind=\"read_timeout\"") && metrics.contains("kind=\"idle_timeout\""),
+        "timeouts not counted: {metrics}"
+    );
+}
