@@ -26,7 +26,7 @@ async fn main() {
     };
     let (n, size, tasks, batch) = (arg(3, 0), arg(4, 100), arg(5, 4), arg(6, 1000));
     let config = KafkaConfig {
-        topic: Some(args[2].clone()),
+        topic: args[2].clone(),
         ..KafkaConfig::for_brokers(args[1].clone())
     };
     let sink = Arc::new(KafkaSink::new(config).expect("producer"));

@@ -6,18 +6,28 @@
 //! configurable: `enable.idempotence=true` and `acks=all` are always set, and a
 //! `[sinks.kafka.properties]` entry that would weaken them is refused.
 //!
+//! Kafka topics are a bounded set the operator names: every message goes to
+//! `topic` unless a `topic_template` derives another one that is on the
+//! `topics` allow-list. A new tag never creates a new Kafka topic unless
+//! `dynamic_topics = true` says so.
+//!
 //! ```toml
 //! [sinks.kafka]
 //! brokers = "127.0.0.1:9092"
-//! # topic = "logs"            # one fixed Kafka topic; default: from the message topic
-//! topic_strip_prefix = ""      # dropped from the hub topic before mapping
-//! topic_separator = "."        # replaces the hub's `.` separator
+//! topic = "tidegate"                     # the default Kafka topic
+//! # topic_template = "logs_${topic[-1]}" # derive a topic from the hub topic …
+//! # topics = ["logs_web", "logs_db"]     # … used only when on this list
+//! # dynamic_topics = false               # true: any derived topic (one per tag)
+//! # topic_strip_prefix = ""              # dropped from the hub topic for `${topic}`
+//! # topic_separator = "."                # replaces `.` in `${topic}`
+//! # message_key_field = "user_id"        # JSON payload field → Kafka key
 //! linger_ms = 20
 //! batch_size = 1000000
-//! compression = "none"         # none | gzip | snappy | lz4 | zstd
+//! compression = "none"                   # none | gzip | snappy | lz4 | zstd
 //! queue_max_messages = 100000
+//! queue_max_kbytes = 262144
 //! message_timeout_ms = 300000
-//! [sinks.kafka.properties]     # passed to librdkafka as is
+//! [sinks.kafka.properties]               # passed to librdkafka as is
 //! "socket.keepalive.enable" = true
 //! ```
 
@@ -28,43 +38,79 @@ use rdkafka::ClientConfig;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::template::TopicTemplate;
+
 /// `[sinks.kafka]`: where and how to produce.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct KafkaConfig {
     /// Bootstrap servers, `host:port[,host:port…]` (`bootstrap.servers`).
+    /// Default [`KafkaConfig::DEFAULT_BROKERS`].
     pub brokers: String,
-    /// One fixed Kafka topic for every message. When absent the Kafka topic
-    /// is derived from the message's hub topic (see [`crate::TopicMapper`]).
-    pub topic: Option<String>,
-    /// Removed from the front of the hub topic before it is mapped, e.g.
-    /// `"logs."` turns `logs.app.web` into the Kafka topic `app.web`.
+    /// The default Kafka topic: every message goes here unless
+    /// `topic_template` derives an allowed other one. Default
+    /// [`KafkaConfig::DEFAULT_TOPIC`] (`"tidegate"`).
+    pub topic: String,
+    /// Derives a Kafka topic from the message's hub topic (see
+    /// [`crate::template`] for the syntax: `${topic}`, `${topic[N]}`, and
+    /// Fluentd's spelling `${tag}`, `${tag[N]}`), e.g. `"logs_${topic[-1]}"`.
+    /// The result is used only if it is on `topics` (or `dynamic_topics` is
+    /// on); otherwise the message goes to `topic`. Default: none.
+    pub topic_template: Option<String>,
+    /// The allow-list of Kafka topics `topic_template` may produce (exact
+    /// names). Requires `topic_template`. Default: empty.
+    pub topics: Vec<String>,
+    /// Lets `topic_template` produce any legal Kafka topic, creating one
+    /// Kafka topic per distinct hub topic if the broker auto-creates topics
+    /// (`topic_template = "${topic}"` with this on is the pre-allow-list
+    /// mapping). Requires `topic_template`. Default: `false`.
+    pub dynamic_topics: bool,
+    /// Removed from the front of the hub topic before `${topic}` and
+    /// `${topic[N]}` see it, e.g. `"logs."` turns `logs.app.web` into
+    /// `app.web` (a hub topic that is only the prefix is kept whole).
+    /// Requires `topic_template`. Default: empty.
     pub topic_strip_prefix: String,
-    /// Written in place of each `.` of the hub topic (`"."`, `"_"` or `"-"`;
-    /// Kafka accepts all three).
+    /// Written in place of each `.` of the hub topic in `${topic}` (`"."`,
+    /// `"_"` or `"-"`; Kafka accepts all three). Requires `topic_template`
+    /// unless `"."`. Default: `"."`.
     pub topic_separator: String,
-    /// How long the producer waits to fill a batch (`linger.ms`).
+    /// A top-level field of the message's JSON payload whose value becomes
+    /// the Kafka record key (a string's text; a number, `true`/`false`, an
+    /// object or an array as written). A payload that is not a JSON object,
+    /// lacks the field or has it `null` keeps the message's own key, if any.
+    /// Default: none (the message's own key).
+    pub message_key_field: Option<String>,
+    /// How long the producer waits to fill a batch (`linger.ms`). Default
+    /// [`KafkaConfig::DEFAULT_LINGER_MS`].
     pub linger_ms: u32,
-    /// Largest batch in bytes per partition request (`batch.size`).
+    /// Largest batch in bytes per partition request (`batch.size`). Default
+    /// [`KafkaConfig::DEFAULT_BATCH_SIZE`].
     pub batch_size: u32,
-    /// Batch compression (`compression.codec`).
+    /// Batch compression (`compression.codec`). Default `"none"`.
     pub compression: Compression,
     /// Messages handed over and not yet acknowledged by the broker. When this
-    /// many are outstanding `send` waits: the backpressure sources feel.
+    /// many are outstanding `send` waits: the backpressure sources feel, and
+    /// the sink reports "queue full" to `/readyz`. Default
+    /// [`KafkaConfig::DEFAULT_QUEUE_MAX_MESSAGES`].
     pub queue_max_messages: usize,
     /// Bytes librdkafka may hold in its queue, in KiB
     /// (`queue.buffering.max.kbytes`); a second bound next to the count.
+    /// Default [`KafkaConfig::DEFAULT_QUEUE_MAX_KBYTES`].
     pub queue_max_kbytes: u32,
     /// How long librdkafka keeps retrying a message before failing it
     /// (`message.timeout.ms`); a failed message fails its acknowledgement.
+    /// Default [`KafkaConfig::DEFAULT_MESSAGE_TIMEOUT_MS`].
     pub message_timeout_ms: u32,
     /// Free-form librdkafka properties, applied before the sink's own.
+    /// Default: none.
     pub properties: BTreeMap<String, PropertyValue>,
 }
 
 impl KafkaConfig {
     /// Default bootstrap servers.
     pub const DEFAULT_BROKERS: &'static str = "127.0.0.1:9092";
+    /// Default Kafka topic.
+    pub const DEFAULT_TOPIC: &'static str = "tidegate";
     /// Default `linger.ms`. A Forward chunk is acknowledged only when its
     /// last record is on the broker, so the wait is paid once per chunk and
     /// buys large batches: into the local broker on the 2-core box, 20 ms
@@ -82,6 +128,17 @@ impl KafkaConfig {
     /// Properties the sink sets itself; `properties` may not weaken them.
     pub const GUARANTEES: [(&'static str, &'static str); 2] =
         [("enable.idempotence", "true"), ("acks", "all")];
+    /// The librdkafka property behind each of the section's own keys, so an
+    /// error librdkafka reports about a property can name the key written.
+    pub const OWN_PROPERTIES: [(&'static str, &'static str); 7] = [
+        ("bootstrap.servers", "brokers"),
+        ("linger.ms", "linger_ms"),
+        ("batch.size", "batch_size"),
+        ("compression.codec", "compression"),
+        ("queue.buffering.max.messages", "queue_max_messages"),
+        ("queue.buffering.max.kbytes", "queue_max_kbytes"),
+        ("message.timeout.ms", "message_timeout_ms"),
+    ];
 
     /// A config producing to `brokers`, everything else default.
     pub fn for_brokers(brokers: impl Into<String>) -> Self {
@@ -91,8 +148,8 @@ impl KafkaConfig {
         }
     }
 
-    /// Checks the section and builds the librdkafka configuration.
-    pub fn client_config(&self) -> Result<ClientConfig, ConfigError> {
+    /// Checks the keys the sink interprets itself (not librdkafka's).
+    pub fn check(&self) -> Result<(), ConfigError> {
         if self.brokers.trim().is_empty() {
             return Err(ConfigError::NoBrokers);
         }
@@ -102,12 +159,41 @@ impl KafkaConfig {
         if !matches!(self.topic_separator.as_str(), "." | "_" | "-") {
             return Err(ConfigError::BadSeparator(self.topic_separator.clone()));
         }
-        if let Some(t) = &self.topic {
-            crate::topic::check_kafka_topic(t).map_err(|reason| ConfigError::BadTopic {
-                topic: t.clone(),
-                reason,
-            })?;
+        check_topic("topic", &self.topic)?;
+        for t in &self.topics {
+            check_topic("topics", t)?;
         }
+        match &self.topic_template {
+            Some(t) => {
+                TopicTemplate::parse(t).map_err(|e| ConfigError::BadTemplate {
+                    template: t.clone(),
+                    reason: e.to_string(),
+                })?;
+                if self.topics.is_empty() && !self.dynamic_topics {
+                    return Err(ConfigError::TemplateWithoutAllowList);
+                }
+            }
+            None => {
+                let needs_template = [
+                    ("topics", !self.topics.is_empty()),
+                    ("dynamic_topics", self.dynamic_topics),
+                    ("topic_strip_prefix", !self.topic_strip_prefix.is_empty()),
+                    ("topic_separator", self.topic_separator != "."),
+                ];
+                if let Some((key, _)) = needs_template.iter().find(|(_, set)| *set) {
+                    return Err(ConfigError::NeedsTemplate(key));
+                }
+            }
+        }
+        if self.message_key_field.as_deref() == Some("") {
+            return Err(ConfigError::EmptyKeyField);
+        }
+        Ok(())
+    }
+
+    /// Checks the section and builds the librdkafka configuration.
+    pub fn client_config(&self) -> Result<ClientConfig, ConfigError> {
+        self.check()?;
         let mut cfg = ClientConfig::new();
         for (k, v) in &self.properties {
             cfg.set(k, v.to_string());
@@ -148,15 +234,37 @@ impl KafkaConfig {
         }
         Ok(cfg)
     }
+
+    /// Says which key of the section a librdkafka property error is about:
+    /// `[sinks.kafka] linger_ms` for a property the sink sets from its own
+    /// key, `[sinks.kafka.properties] "name"` for a free-form one.
+    pub fn key_of_property(&self, property: &str) -> String {
+        match Self::OWN_PROPERTIES.iter().find(|(p, _)| *p == property) {
+            Some((_, key)) => format!("[sinks.kafka] {key}"),
+            None => format!("[sinks.kafka.properties] {property:?}"),
+        }
+    }
+}
+
+fn check_topic(key: &'static str, topic: &str) -> Result<(), ConfigError> {
+    crate::topic::check_kafka_topic(topic).map_err(|reason| ConfigError::BadTopic {
+        key,
+        topic: topic.to_owned(),
+        reason,
+    })
 }
 
 impl Default for KafkaConfig {
     fn default() -> Self {
         KafkaConfig {
             brokers: Self::DEFAULT_BROKERS.to_owned(),
-            topic: None,
+            topic: Self::DEFAULT_TOPIC.to_owned(),
+            topic_template: None,
+            topics: Vec::new(),
+            dynamic_topics: false,
             topic_strip_prefix: String::new(),
             topic_separator: ".".to_owned(),
+            message_key_field: None,
             linger_ms: Self::DEFAULT_LINGER_MS,
             batch_size: Self::DEFAULT_BATCH_SIZE,
             compression: Compression::None,
@@ -233,14 +341,41 @@ pub enum ConfigError {
     /// `topic_separator` is not one of `.`, `_`, `-`.
     #[error("[sinks.kafka] topic_separator {0:?} must be \".\", \"_\" or \"-\"")]
     BadSeparator(String),
-    /// The fixed `topic` is not a legal Kafka topic name.
-    #[error("[sinks.kafka] topic {topic:?} is not a valid Kafka topic: {reason}")]
+    /// `topic` or an entry of `topics` is not a legal Kafka topic name.
+    #[error("[sinks.kafka] {key}: {topic:?} is not a valid Kafka topic: {reason}")]
     BadTopic {
+        /// `topic` or `topics`.
+        key: &'static str,
         /// The topic as written.
         topic: String,
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// `topic_template` does not parse.
+    #[error("[sinks.kafka] topic_template {template:?}: {reason}")]
+    BadTemplate {
+        /// The template as written.
+        template: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A template with neither an allow-list nor `dynamic_topics` would send
+    /// everything to `topic`.
+    #[error(
+        "[sinks.kafka] topic_template needs `topics` (the Kafka topics it may produce) \
+         or `dynamic_topics = true`"
+    )]
+    TemplateWithoutAllowList,
+    /// A key that only shapes `topic_template`'s result, without a template.
+    #[error(
+        "[sinks.kafka] {0} only applies to topic_template, which is not set (every message \
+         goes to `topic`; for one Kafka topic per hub topic set \
+         topic_template = \"${{topic}}\" and dynamic_topics = true)"
+    )]
+    NeedsTemplate(&'static str),
+    /// `message_key_field = ""`.
+    #[error("[sinks.kafka] message_key_field is empty")]
+    EmptyKeyField,
     /// A property would weaken idempotence or `acks=all`.
     #[error(
         "[sinks.kafka.properties] {key} = {value:?} would weaken the sink's delivery guarantee"
@@ -273,7 +408,10 @@ mod tests {
         let mut c = KafkaConfig::for_brokers("k:9092");
         let text = toml::to_string(&c).unwrap();
         assert_eq!(toml::from_str::<KafkaConfig>(&text).unwrap(), c);
-        c.topic = Some("t".into());
+        c.topic = "t".into();
+        c.topic_template = Some("t_${topic[-1]}".into());
+        c.topics = vec!["t_a".into(), "t_b".into()];
+        c.message_key_field = Some("user".into());
         c.properties
             .insert("client.id".into(), PropertyValue::Text("x".into()));
         c.properties
@@ -300,7 +438,7 @@ mod tests {
             "#,
         )
         .unwrap();
-        assert_eq!(c.topic.as_deref(), Some("all-logs"));
+        assert_eq!(c.topic, "all-logs");
         let rd = c.client_config().unwrap();
         assert_eq!(rd.get("linger.ms"), Some("7"));
         assert_eq!(rd.get("batch.size"), Some("65536"));
@@ -341,6 +479,8 @@ mod tests {
         };
         assert_eq!(c.client_config().unwrap_err(), ConfigError::ZeroQueue);
         let c = KafkaConfig {
+            topic_template: Some("${topic}".into()),
+            dynamic_topics: true,
             topic_separator: "/".into(),
             ..KafkaConfig::default()
         };
@@ -349,14 +489,70 @@ mod tests {
             Err(ConfigError::BadSeparator(_))
         ));
         let c = KafkaConfig {
-            topic: Some("a b".into()),
+            topic: "a b".into(),
             ..KafkaConfig::default()
         };
         assert!(matches!(
             c.client_config(),
-            Err(ConfigError::BadTopic { .. })
+            Err(ConfigError::BadTopic { key: "topic", .. })
         ));
         assert!(toml::from_str::<KafkaConfig>("brokers = \"b\"\nbrokerz = 1").is_err());
         assert!(toml::from_str::<KafkaConfig>("compression = \"brotli\"").is_err());
+    }
+
+    #[test]
+    fn the_default_is_one_kafka_topic_not_one_per_tag() {
+        let c = KafkaConfig::default();
+        assert_eq!(c.topic, KafkaConfig::DEFAULT_TOPIC);
+        assert_eq!(c.topic_template, None);
+        assert!(!c.dynamic_topics);
+    }
+
+    #[test]
+    fn topic_keys_are_checked_and_errors_name_the_key() {
+        let err = |text: &str| {
+            toml::from_str::<KafkaConfig>(text)
+                .unwrap()
+                .check()
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err("topic_template = \"logs_${tag}\"");
+        assert!(e.contains("topic_template needs `topics`"), "{e}");
+        let e = err("topic_template = \"logs_${host}\"\ntopics = [\"a\"]");
+        assert!(e.contains("topic_template \"logs_${host}\""), "{e}");
+        let e = err("topic_template = \"${tag}\"\ntopics = [\"ok\", \"not ok\"]");
+        assert!(e.contains("topics: \"not ok\""), "{e}");
+        let e = err("topics = [\"a\"]");
+        assert!(
+            e.starts_with("[sinks.kafka] topics only applies to topic_template"),
+            "{e}"
+        );
+        let e = err("topic_strip_prefix = \"logs.\"");
+        assert!(e.contains("topic_strip_prefix only applies"), "{e}");
+        assert!(
+            e.contains("dynamic_topics = true"),
+            "says how to keep the old mapping: {e}"
+        );
+        let e = err("dynamic_topics = true");
+        assert!(e.contains("dynamic_topics only applies"), "{e}");
+        let e = err("message_key_field = \"\"");
+        assert!(e.contains("message_key_field"), "{e}");
+        toml::from_str::<KafkaConfig>(
+            "topic_template = \"${tag}\"\ndynamic_topics = true\nmessage_key_field = \"id\"",
+        )
+        .unwrap()
+        .check()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_property_error_names_the_sections_own_key_when_there_is_one() {
+        let c = KafkaConfig::default();
+        assert_eq!(c.key_of_property("linger.ms"), "[sinks.kafka] linger_ms");
+        assert_eq!(
+            c.key_of_property("socket.timeout.ms"),
+            "[sinks.kafka.properties] \"socket.timeout.ms\""
+        );
     }
 }

@@ -1,12 +1,19 @@
 //! Tidegate's Kafka sink: routed hub messages produced to Apache Kafka with
 //! `rdkafka` (idempotent, `acks=all`), acknowledged back to the source only
-//! when the broker has them.
+//! when the broker has them — across fatal producer errors too.
 //!
 //! - [`config`]: the `[sinks.kafka]` section and its librdkafka translation.
-//! - [`topic`]: hub topic → Kafka topic name.
+//! - [`topic`], [`template`]: hub topic → Kafka topic (default topic,
+//!   `topic_template`, allow-list).
+//! - [`key`]: `message_key_field`, the record key from the JSON payload.
+//! - [`record`]: hub message → Kafka record.
 //! - [`sink`]: [`KafkaSink`], the [`tidegate_hub::Sink`] itself.
+//! - [`producer`]: the producer in use, replaceable whole.
 //! - [`delivery`]: delivery reports → acknowledgement tokens.
+//! - [`recovery`]: a dead producer replaced, its records produced again.
 //! - [`room`]: the bound on unacknowledged messages (backpressure).
+//! - [`health`]: broker connection, for readiness.
+//! - [`probe`]: [`validate`] and [`probe`] a section before serving with it.
 //! - [`metrics`]: the sink's counters.
 //! - `testing` (feature `test-broker`): a real single-node broker for tests.
 
@@ -14,14 +21,23 @@
 
 pub mod config;
 pub mod delivery;
+pub mod health;
+pub mod key;
 pub mod metrics;
+pub mod probe;
+pub mod producer;
+pub mod record;
+pub mod recovery;
 pub mod room;
 pub mod sink;
+pub mod template;
 #[cfg(feature = "test-broker")]
 pub mod testing;
 pub mod topic;
 
 pub use config::{Compression, ConfigError, KafkaConfig, PropertyValue};
 pub use metrics::KafkaMetrics;
+pub use probe::{probe, validate, ProbeBroker, ProbeReport, ProbeTopic};
 pub use sink::{KafkaSink, KafkaSinkError};
+pub use template::{TemplateError, TopicTemplate};
 pub use topic::TopicMapper;

@@ -1,5 +1,6 @@
 //! The Kafka sink's counters, shared between the sink (which hands messages
-//! to librdkafka) and the delivery callback (which completes them).
+//! to librdkafka), the delivery callback (which completes them) and the
+//! recovery thread (which replaces a dead producer).
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -18,6 +19,10 @@ pub struct KafkaMetrics {
     pub queue_full_waits: Counter,
     /// Messages handed over and not yet acknowledged or failed.
     pub in_flight: Gauge,
+    /// Producers recreated after a fatal error.
+    pub producer_recreations: Counter,
+    /// Messages produced again through a new producer after theirs died.
+    pub resent: Counter,
 }
 
 impl KafkaMetrics {
@@ -47,6 +52,16 @@ impl KafkaMetrics {
             "kafka_in_flight",
             "Messages handed to the Kafka producer and not yet acknowledged",
             self.in_flight.clone(),
+        );
+        metrics.register(
+            "kafka_producer_recreations",
+            "Kafka producers recreated after a fatal producer error",
+            self.producer_recreations.clone(),
+        );
+        metrics.register(
+            "kafka_resent",
+            "Messages produced again through a new Kafka producer after a fatal error",
+            self.resent.clone(),
         );
     }
 }

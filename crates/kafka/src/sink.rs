@@ -1,34 +1,47 @@
 //! The Kafka [`Sink`]: routed hub messages become Kafka records, and the
 //! broker's acknowledgement becomes the hub's.
 //!
-//! One record per message: topic from [`TopicMapper`], key from the message
-//! key, timestamp from the event time (ns → ms), attributes as headers,
-//! payload as the value. Producing is idempotent with `acks=all`; the
-//! message's [`AckToken`] rides along as the delivery opaque and is completed
-//! by the delivery report ([`DeliveryContext`]).
+//! One record per message ([`crate::record`]). Producing is idempotent with
+//! `acks=all`; the message and its [`AckToken`] ride along as the delivery
+//! opaque and the delivery report completes the token
+//! ([`crate::delivery`]). A producer that dies of a fatal error is replaced
+//! and its unacknowledged records produced again ([`crate::recovery`]).
 //!
 //! Backpressure: at most `queue_max_messages` messages are handed over and
 //! unacknowledged at once. When that many are out, `send` waits for a
 //! delivery report to free room; a source waiting in `send` is a source that
 //! stops reading. If librdkafka itself reports its queue full (its byte
-//! bound), `send` retries after a short sleep instead of failing.
+//! bound), `send` retries after a short sleep instead of failing; if the
+//! producer is dead, `send` waits for its replacement.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use rdkafka::config::FromClientConfigAndContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+use rdkafka::producer::Producer as _;
 use thiserror::Error;
-use tidegate_hub::{AckToken, HubMetrics, SharedMessage, Sink, SinkFuture};
+use tidegate_hub::{AckToken, HubMetrics, SharedMessage, Sink, SinkFuture, SinkHealth};
 
-use crate::delivery::{DeliveryContext, SINK_NAME};
+use crate::delivery::{Acknowledger, SINK_NAME};
+use crate::health::BrokerLink;
+use crate::producer::{ProducerFactory, ProducerSlot};
+use crate::record::{InFlight, Record, RecordShape};
+use crate::recovery::{Recovery, RecoveryInbox};
 use crate::room::Room;
-use crate::{ConfigError, KafkaConfig, KafkaMetrics, TopicMapper};
+use crate::{ConfigError, KafkaConfig, KafkaMetrics};
 
 /// How long `send` sleeps before retrying when librdkafka's own queue is full.
 pub const QUEUE_FULL_RETRY: Duration = Duration::from_millis(2);
+
+/// How long one step of [`Sink::flush`] lets librdkafka flush before
+/// checking whether every handed-over message is settled.
+const FLUSH_STEP: Duration = Duration::from_millis(100);
+
+/// `/readyz` reason: librdkafka has no broker connection.
+pub const NOT_READY_NO_BROKER: &str = "no broker connection";
+
+/// `/readyz` reason: `queue_max_messages` messages are unacknowledged.
+pub const NOT_READY_QUEUE_FULL: &str = "queue full";
 
 /// Why the sink could not be created.
 #[derive(Debug, Error)]
@@ -39,28 +52,46 @@ pub enum KafkaSinkError {
     /// librdkafka refused the configuration.
     #[error("creating the Kafka producer: {0}")]
     Producer(#[from] KafkaError),
+    /// The recovery thread could not be started.
+    #[error("starting the Kafka recovery thread: {0}")]
+    Thread(#[from] std::io::Error),
 }
 
 /// Produces routed messages to Kafka.
 pub struct KafkaSink {
-    producer: Arc<ThreadedProducer<DeliveryContext>>,
-    topics: TopicMapper,
+    slot: Arc<ProducerSlot>,
+    shape: Arc<RecordShape>,
     room: Arc<Room>,
+    link: Arc<BrokerLink>,
+    inbox: Arc<RecoveryInbox>,
     metrics: KafkaMetrics,
 }
 
 impl std::fmt::Debug for KafkaSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KafkaSink")
-            .field("topics", &self.topics)
+            .field("shape", &self.shape)
+            .field("generation", &self.slot.number())
             .field("in_flight", &self.room.taken())
             .finish_non_exhaustive()
     }
 }
 
+/// What one attempt to hand a record over came to.
+enum Handed<'a> {
+    /// librdkafka has it.
+    Taken,
+    /// Its queue is full; try again shortly.
+    QueueFull(Record<'a>),
+    /// Generation `number` is dead; try again with the next one.
+    ProducerDead(Record<'a>, u64),
+    /// Refused for good.
+    Refused(Record<'a>, KafkaError),
+}
+
 impl KafkaSink {
     /// Creates the producer (it connects in the background; an unreachable
-    /// broker makes sends wait, not this call fail).
+    /// broker makes sends wait, not this call fail) and the recovery thread.
     pub fn new(config: KafkaConfig) -> Result<Self, KafkaSinkError> {
         let client_config = config.client_config()?;
         let metrics = KafkaMetrics::default();
@@ -68,15 +99,31 @@ impl KafkaSink {
             config.queue_max_messages,
             metrics.in_flight.clone(),
         ));
-        let context = DeliveryContext {
+        let acks = Acknowledger {
             room: room.clone(),
             metrics: metrics.clone(),
         };
-        let producer = ThreadedProducer::from_config_and_context(&client_config, context)?;
+        let link = Arc::new(BrokerLink::default());
+        let inbox = Arc::new(RecoveryInbox::default());
+        let factory =
+            ProducerFactory::new(client_config, acks.clone(), link.clone(), inbox.clone());
+        let slot = Arc::new(ProducerSlot::new(factory.create(0)?));
+        let shape = Arc::new(RecordShape::new(&config));
+        Recovery {
+            slot: slot.clone(),
+            factory,
+            inbox: inbox.clone(),
+            shape: shape.clone(),
+            acks,
+            last_recreation: None,
+        }
+        .spawn()?;
         Ok(KafkaSink {
-            producer: Arc::new(producer),
-            topics: TopicMapper::new(&config),
+            slot,
+            shape,
             room,
+            link,
+            inbox,
             metrics,
         })
     }
@@ -96,6 +143,11 @@ impl KafkaSink {
         self.room.taken()
     }
 
+    /// How many times the producer was replaced (0 until a fatal error).
+    pub fn producer_generation(&self) -> u64 {
+        self.slot.number()
+    }
+
     async fn produce(&self, msg: SharedMessage, ack: AckToken) {
         // The place is held by a guard until librdkafka took the record: a
         // send cancelled while waiting gives it back.
@@ -106,55 +158,92 @@ impl KafkaSink {
                 self.room.take().await
             }
         };
-        let topic = self.topics.map(&msg.topic);
-        let mut record =
-            BaseRecord::<[u8], [u8], Box<AckToken>>::with_opaque_to(&topic, Box::new(ack))
-                .payload(&msg.payload[..]);
-        if let Some(key) = &msg.key {
-            record = record.key(&key[..]);
-        }
-        if msg.timestamp_ns != 0 {
-            record =
-                record.timestamp(i64::try_from(msg.timestamp_ns / 1_000_000).unwrap_or(i64::MAX));
-        }
-        if !msg.attributes.is_empty() {
-            let mut headers = OwnedHeaders::new_with_capacity(msg.attributes.len());
-            for (name, value) in &msg.attributes {
-                headers = headers.insert(Header {
-                    key: name,
-                    value: Some(value.as_bytes()),
-                });
-            }
-            record = record.headers(headers);
-        }
+        let address = self.shape.address(&msg);
+        let in_flight = Box::new(InFlight {
+            msg: msg.clone(),
+            token: ack,
+        });
+        let mut record = address.record(&msg, in_flight);
         loop {
-            match self.producer.send(record) {
-                Ok(()) => {
+            match self.hand_over(record) {
+                Handed::Taken => {
                     // From here the delivery report gives the place back.
                     place.hand_over();
                     self.metrics.produced.inc();
                     return;
                 }
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                Handed::QueueFull(back) => {
                     record = back;
                     tokio::time::sleep(QUEUE_FULL_RETRY).await;
                 }
-                Err((e, back)) => {
+                Handed::ProducerDead(back, number) => {
+                    record = back;
+                    self.inbox.report_fatal(number);
+                    self.slot.replaced_after(number).await;
+                }
+                Handed::Refused(back, e) => {
                     // Never handed over: the guard gives the place back.
                     drop(place);
-                    return fail(*back.delivery_opaque, &self.metrics, e.to_string());
+                    self.metrics.failed.inc();
+                    back.delivery_opaque
+                        .token
+                        .complete(Err(tidegate_hub::DeliveryError::Failed {
+                            sink: SINK_NAME.to_owned(),
+                            reason: e.to_string(),
+                        }));
+                    return;
                 }
             }
         }
     }
+
+    /// One attempt to give `record` to the current producer.
+    fn hand_over<'a>(&self, record: Record<'a>) -> Handed<'a> {
+        let current = self.slot.load();
+        match current.producer.send(record) {
+            Ok(()) => Handed::Taken,
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                Handed::QueueFull(back)
+            }
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::Fatal), back)) => {
+                Handed::ProducerDead(back, current.number)
+            }
+            Err((e, back)) => Handed::Refused(back, e),
+        }
+    }
+
+    /// Raises a fatal error in the current producer, as librdkafka does when
+    /// an idempotent producer loses its guarantee (here: out-of-order
+    /// sequence), through librdkafka's own test hook. For tests of the
+    /// recovery path; returns false if the producer already had one.
+    #[cfg(feature = "test-broker")]
+    pub fn inject_fatal_error(&self, reason: &str) -> bool {
+        use rdkafka::bindings::{rd_kafka_resp_err_t, rd_kafka_test_fatal_error};
+        let reason =
+            std::ffi::CString::new(reason.replace('\0', " ")).expect("no NUL left in the reason");
+        let current = self.slot.load();
+        // SAFETY: `native_ptr` is the rd_kafka_t of a producer kept alive by
+        // `current` for the whole call. `rd_kafka_test_fatal_error` may be
+        // called from any thread (it takes the client's own lock), only reads
+        // `reason` while formatting it into its own buffer during the call,
+        // and does what librdkafka itself does on a real fatal error.
+        let err = unsafe {
+            rd_kafka_test_fatal_error(
+                current.producer.client().native_ptr(),
+                rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+                reason.as_ptr(),
+            )
+        };
+        err == rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+    }
 }
 
-fn fail(ack: AckToken, metrics: &KafkaMetrics, reason: String) {
-    metrics.failed.inc();
-    ack.complete(Err(tidegate_hub::DeliveryError::Failed {
-        sink: SINK_NAME.to_owned(),
-        reason,
-    }));
+impl Drop for KafkaSink {
+    fn drop(&mut self) {
+        // Ends the recovery thread; the producer's own drop (when the last
+        // holder lets go) purges what it holds and fails those tokens.
+        self.inbox.stop();
+    }
 }
 
 impl Sink for KafkaSink {
@@ -170,13 +259,44 @@ impl Sink for KafkaSink {
         self.room.is_full()
     }
 
+    fn health(&self) -> SinkHealth {
+        if !self.link.is_up() {
+            SinkHealth::NotReady(NOT_READY_NO_BROKER.to_owned())
+        } else if self.room.is_full() {
+            SinkHealth::NotReady(NOT_READY_QUEUE_FULL.to_owned())
+        } else {
+            SinkHealth::Ready
+        }
+    }
+
+    /// Resolves once every handed-over message is settled (acknowledged,
+    /// failed, or — after a fatal error — produced again and acknowledged),
+    /// or `timeout` passed.
     fn flush(&self, timeout: Duration) -> SinkFuture<'_> {
-        let producer = self.producer.clone();
+        let (slot, room) = (self.slot.clone(), self.room.clone());
         Box::pin(async move {
-            let flushed = tokio::task::spawn_blocking(move || producer.flush(timeout)).await;
-            match flushed {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::warn!(error = %e, "kafka flush did not finish"),
+            let deadline = Instant::now() + timeout;
+            let settled = tokio::task::spawn_blocking(move || loop {
+                let step = deadline.saturating_duration_since(Instant::now());
+                let flushed = slot.load_full().producer.flush(step.min(FLUSH_STEP));
+                if room.taken() == 0 {
+                    return true;
+                }
+                if Instant::now() >= deadline {
+                    return false;
+                }
+                if flushed.is_ok() {
+                    // Empty producer, records waiting for a resend.
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            })
+            .await;
+            match settled {
+                Ok(true) => {}
+                Ok(false) => tracing::warn!(
+                    unsettled = self.room.taken(),
+                    "kafka flush did not finish in time"
+                ),
                 Err(e) => tracing::warn!(error = %e, "kafka flush task failed"),
             }
         })

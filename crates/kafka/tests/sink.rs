@@ -43,6 +43,8 @@ fn sample(i: usize, topic: &str) -> Message {
 async fn every_record_arrives_with_its_key_timestamp_headers_and_payload() {
     let broker = shared_broker();
     let sink = KafkaSink::new(KafkaConfig {
+        topic_template: Some("${topic}".into()),
+        dynamic_topics: true,
         topic_strip_prefix: "logs.".into(),
         topic_separator: "_".into(),
         ..KafkaConfig::for_brokers(broker.bootstrap())
@@ -97,7 +99,7 @@ async fn a_hub_route_delivers_through_the_sink_and_counts_it() {
     let broker = shared_broker();
     let sink = Arc::new(
         KafkaSink::new(KafkaConfig {
-            topic: Some("sink-fixed".into()),
+            topic: "sink-fixed".into(),
             compression: tidegate_kafka::Compression::Zstd,
             ..KafkaConfig::for_brokers(broker.bootstrap())
         })
@@ -188,7 +190,13 @@ async fn acks_wait_while_the_broker_is_down_and_complete_when_it_returns() {
         .await
         .unwrap()
         .expect("start a dedicated broker");
-    let sink = Arc::new(KafkaSink::new(KafkaConfig::for_brokers(broker.bootstrap())).unwrap());
+    let sink = Arc::new(
+        KafkaSink::new(KafkaConfig {
+            topic: "restart.topic".into(),
+            ..KafkaConfig::for_brokers(broker.bootstrap())
+        })
+        .unwrap(),
+    );
     let before = AckGroup::new();
     for i in 0..50 {
         sink.send(
