@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use prometheus_client::metrics::counter::Counter;
 use thiserror::Error;
 use tokio::sync::Notify;
 
@@ -67,16 +68,31 @@ impl GroupState {
 #[must_use = "dropping a token fails its group"]
 pub struct AckToken {
     state: Option<Arc<GroupState>>,
+    failures: Option<Counter>,
 }
 
 impl AckToken {
     /// A token no group waits for (a publish without acknowledgement).
     pub fn detached() -> Self {
-        AckToken { state: None }
+        AckToken {
+            state: None,
+            failures: None,
+        }
+    }
+
+    /// Counts a failure of this token (completed with an error, or dropped)
+    /// in `counter` — the hub's `route_failures`.
+    pub fn counting_failures(mut self, counter: &Counter) -> Self {
+        self.failures = Some(counter.clone());
+        self
     }
 
     /// Reports the fate of the message this token stands for.
     pub fn complete(mut self, result: Result<(), DeliveryError>) {
+        let failures = self.failures.take();
+        if let (Err(_), Some(c)) = (&result, failures) {
+            c.inc();
+        }
         if let Some(s) = self.state.take() {
             s.finish_one(result);
         }
@@ -90,6 +106,10 @@ impl AckToken {
 
 impl Drop for AckToken {
     fn drop(&mut self) {
+        // Still set only when `complete` never ran: the sink lost the message.
+        if let Some(c) = self.failures.take() {
+            c.inc();
+        }
         if let Some(s) = self.state.take() {
             s.finish_one(Err(DeliveryError::Dropped));
         }
@@ -125,6 +145,7 @@ impl AckGroup {
         self.state.pending.fetch_add(1, Ordering::AcqRel);
         AckToken {
             state: Some(self.state.clone()),
+            failures: None,
         }
     }
 

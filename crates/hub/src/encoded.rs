@@ -1,6 +1,6 @@
 //! Encoded forms of a message, cached on the message itself so that a message
 //! delivered to a thousand sessions of one transport is encoded once and its
-//! bytes shared (DESIGN.md: "encode once").
+//! bytes shared (the hub's "encode once" rule).
 //!
 //! The slots are allocated on first use: a message nobody encodes (the common
 //! case on the Forward → Kafka path) pays one null pointer.
@@ -15,15 +15,11 @@ use bytes::Bytes;
 pub enum EncodedForm {
     /// A wire-protocol MESSAGE frame (header included).
     WireMessage = 0,
-    /// An Engine.IO / Socket.IO packet.
-    SocketIo = 1,
-    /// A plain WebSocket text frame body.
-    WebSocket = 2,
-    /// A Site-to-Site data packet (attributes and content).
-    S2sPacket = 3,
 }
 
-const FORMS: usize = 4;
+/// Number of [`EncodedForm`]s; a transport that encodes messages for many
+/// sessions adds its form above and bumps this.
+const FORMS: usize = 1;
 
 /// The cache of encoded forms. Never part of a message's identity: clones
 /// start empty and equality ignores it.
@@ -97,27 +93,27 @@ mod tests {
         }
         assert_eq!(calls, 1);
         assert!(c.is_cached(EncodedForm::WireMessage));
-        assert!(!c.is_cached(EncodedForm::SocketIo));
+        assert!(!EncodedForms::default().is_cached(EncodedForm::WireMessage));
     }
 
     #[test]
     fn a_failed_encoding_is_not_cached() {
         let c = EncodedForms::default();
         assert_eq!(
-            c.get_or_try_encode(EncodedForm::S2sPacket, || Err("too long")),
+            c.get_or_try_encode(EncodedForm::WireMessage, || Err("too long")),
             Err("too long")
         );
-        assert!(!c.is_cached(EncodedForm::S2sPacket));
+        assert!(!c.is_cached(EncodedForm::WireMessage));
         let again =
-            c.get_or_try_encode::<()>(EncodedForm::S2sPacket, || Ok(Bytes::from_static(b"x")));
+            c.get_or_try_encode::<()>(EncodedForm::WireMessage, || Ok(Bytes::from_static(b"x")));
         assert_eq!(again.unwrap(), Bytes::from_static(b"x"));
     }
 
     #[test]
     fn clones_start_empty() {
         let c = EncodedForms::default();
-        c.get_or_try_encode::<()>(EncodedForm::WebSocket, || Ok(Bytes::new()))
+        c.get_or_try_encode::<()>(EncodedForm::WireMessage, || Ok(Bytes::new()))
             .unwrap();
-        assert!(!c.clone().is_cached(EncodedForm::WebSocket));
+        assert!(!c.clone().is_cached(EncodedForm::WireMessage));
     }
 }

@@ -34,6 +34,14 @@ pub(crate) struct HubInner {
     routes: ArcSwap<RouteTable>,
     next_subscriber: AtomicU64,
     closed: AtomicBool,
+    /// Woken once at close, so waiting subscribers see `RecvError::Closed`.
+    pub(crate) closing: tokio::sync::Notify,
+}
+
+impl HubInner {
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
 }
 
 /// The core every source publishes into. Cheap to clone (one `Arc`).
@@ -67,6 +75,7 @@ impl Hub {
                 routes: ArcSwap::from_pointee(routes),
                 next_subscriber: AtomicU64::new(1),
                 closed: AtomicBool::new(false),
+                closing: tokio::sync::Notify::new(),
             }),
         }
     }
@@ -124,9 +133,11 @@ impl Hub {
         full
     }
 
-    /// Stops accepting publishes; later `publish` calls fail.
+    /// Stops accepting publishes; later `publish` calls fail, and each
+    /// subscriber gets `RecvError::Closed` once its queue is drained.
     pub fn close(&self) {
         self.inner.closed.store(true, Ordering::Release);
+        self.inner.closing.notify_waiters();
     }
 
     /// Flushes every routed sink, each within `timeout`.
@@ -160,7 +171,8 @@ impl Hub {
             let token = match group {
                 Some(g) => g.token(),
                 None => AckToken::detached(),
-            };
+            }
+            .counting_failures(&m.route_failures);
             m.routed.inc();
             // The synchronous path first: no boxed future when there is room.
             if let Err((msg, token)) = sink.try_send(msg.clone(), token) {

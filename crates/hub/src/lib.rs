@@ -24,7 +24,7 @@ mod trie;
 
 pub use ack::{AckGroup, AckToken, DeliveryError};
 pub use budget::{BudgetPermit, InflightBudget};
-pub use config::{ListenerConfig, OverflowPolicy, RouteConfig};
+pub use config::{OverflowPolicy, RouteConfig};
 pub use encoded::{EncodedForm, EncodedForms};
 pub use hub::{Hub, PublishError};
 pub use message::{Attributes, Message, SharedMessage};

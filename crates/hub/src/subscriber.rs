@@ -204,6 +204,10 @@ impl Subscriber {
             if let Some(why) = st.closed {
                 return Err(why);
             }
+            if self.hub.is_closed() {
+                // Everything queued before the close was delivered.
+                return Err(RecvError::Closed);
+            }
             return Ok(0);
         }
         out.extend(st.buf.drain(..n));
@@ -221,11 +225,15 @@ impl Subscriber {
     ) -> Result<usize, RecvError> {
         loop {
             let notified = self.queue.notify.notified();
+            let closing = self.hub.closing.notified();
             let n = self.try_recv_many(out, max)?;
             if n > 0 {
                 return Ok(n);
             }
-            notified.await;
+            tokio::select! {
+                _ = notified => {}
+                _ = closing => {}
+            }
         }
     }
 

@@ -299,3 +299,40 @@ async fn the_null_sink_acknowledges_without_waiting() {
     assert_eq!(group.wait().await, Ok(()));
     assert_eq!(hub.metrics().routed.get(), 1);
 }
+
+#[tokio::test]
+async fn a_waiting_subscriber_gets_what_was_queued_then_closed_when_the_hub_closes() {
+    let hub = Hub::default();
+    let sub = hub.subscribe("a.b").unwrap();
+    hub.publish(msg("a.b", "last")).await.unwrap();
+    let got = sub.recv().await.unwrap();
+    assert_eq!(&got.payload[..], b"last");
+    let waiting = tokio::spawn(async move { sub.recv().await.map(|_| ()) });
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    assert!(!waiting.is_finished());
+    hub.close();
+    let r = tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiting subscriber was not woken by close")
+        .unwrap();
+    assert_eq!(r, Err(tidegate_hub::RecvError::Closed));
+}
+
+#[tokio::test]
+async fn route_failures_count_failed_and_lost_messages_but_not_acknowledged_ones() {
+    let failing = holding(true);
+    let hub = Hub::new(routes_to(failing, "logs.>"));
+    hub.publish(msg("logs.a", "x")).await.unwrap();
+    assert_eq!(hub.metrics().route_failures.get(), 1);
+
+    let keeping = holding(false);
+    let hub = Hub::new(routes_to(keeping.clone(), "logs.>"));
+    for _ in 0..3 {
+        hub.publish(msg("logs.a", "x")).await.unwrap();
+    }
+    let mut tokens: Vec<AckToken> = std::mem::take(&mut *keeping.held.lock());
+    tokens.pop().unwrap().succeed();
+    assert_eq!(hub.metrics().route_failures.get(), 0);
+    drop(tokens); // two lost without an answer
+    assert_eq!(hub.metrics().route_failures.get(), 2);
+}
