@@ -26,3 +26,5 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --workspace --no-fail-fast
+echo "== fuzz (every target, 30 s each)"
+bash scripts/fuzz.sh 30
