@@ -1,13 +1,40 @@
-//! `[s2s]` configuration section: the RAW listener, the ports it exposes,
-//! TLS, and every limit a client can run into.
+//! `[s2s]` configuration section: the RAW listener (the shared listener
+//! block: `listen`, `enabled`, `max_connections`, `idle_timeout_ms`,
+//! `read_timeout_ms`, `tls`, `allow`), the ports it exposes, and every
+//! Site-to-Site limit a client can run into.
+//!
+//! TLS is the listener block's `tls`. NiFi's secure Site-to-Site always
+//! identifies clients by certificate, so the S2S set-up is `client_ca` with
+//! the default `client_auth = "required"`; the certificate's subject DN is
+//! what the per-port `allowed_dns` lists are checked against.
+//!
+//! ```toml
+//! [s2s]
+//! listen = "127.0.0.1:10000"
+//! [s2s.tls]
+//! cert = "server.pem"
+//! key = "server.key"
+//! client_ca = "ca.pem"          # client certificates must chain to it
+//! # client_auth = "required"    # default; "optional" also serves clients without one
+//! [[s2s.input_ports]]
+//! name = "input"
+//! topic = "s2s.input"
+//! allowed_dns = ["CN=client, OU=NIFI"]
+//! ```
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use tidegate_listener::ListenerConfig;
 
 use crate::codec::PacketLimits;
+
+/// Default port of the RAW listener (NiFi's `nifi.remote.input.socket.port`
+/// example value).
+pub const DEFAULT_PORT: u16 = 10_000;
+/// The listener block of `[s2s]`, defaulting to `127.0.0.1:10000`.
+pub type S2sListenerConfig = ListenerConfig<DEFAULT_PORT>;
 
 /// Most attributes per FlowFile (NiFi's `MAX_NUM_ATTRIBUTES`).
 pub const DEFAULT_MAX_ATTRIBUTES: u64 = 25_000;
@@ -21,12 +48,6 @@ pub const DEFAULT_MAX_CONTENT_BYTES: u64 = 64 << 20;
 pub const DEFAULT_MAX_TRANSACTION_FLOWFILES: u64 = 100_000;
 /// Most bytes (uncompressed packets) in one transaction.
 pub const DEFAULT_MAX_TRANSACTION_BYTES: u64 = 256 << 20;
-/// Most open RAW connections; further ones are closed at accept.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 20_000;
-/// Longest wait for any one read inside a handshake or transaction.
-pub const DEFAULT_READ_TIMEOUT_MS: u64 = 30_000;
-/// Longest wait for the next request on an idle pooled connection.
-pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 300_000;
 /// HTTP transaction time-to-live, advertised to clients (seconds).
 pub const DEFAULT_HTTP_TRANSACTION_TTL_SECS: u64 = 30;
 /// Most open HTTP transactions.
@@ -80,34 +101,29 @@ impl PortConfig {
     }
 }
 
-/// `[s2s.tls]`: TLS with client certificates (`siteToSiteSecure: true`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsConfig {
-    /// Server certificate chain, PEM.
-    pub cert: PathBuf,
-    /// Server private key, PEM.
-    pub key: PathBuf,
-    /// CA certificates client certificates must chain to, PEM.
-    pub client_ca: PathBuf,
-}
-
 /// `[s2s]`: the Site-to-Site RAW listener and the ports it exposes.
+///
+/// The listener block's keys sit directly in `[s2s]`, as in the TOML; they
+/// also read as the section's own in code (`config.listen`,
+/// `config.read_timeout_ms`) through `Deref` to [`S2sConfig::listener`].
+/// (No `deny_unknown_fields`: serde cannot combine it with `flatten`; the
+/// binary reports unknown keys for the whole file.)
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct S2sConfig {
-    /// Address of the RAW socket listener.
-    pub listen: SocketAddr,
-    /// `false` leaves the RAW listener off (discovery then advertises no RAW port).
-    pub enabled: bool,
+    /// The RAW listener: `listen` (default 127.0.0.1:10000), `enabled`
+    /// (`false`: discovery advertises no RAW port), `max_connections`,
+    /// `idle_timeout_ms` (between requests on a pooled connection),
+    /// `read_timeout_ms` (a partly received message), `tls` (see the module
+    /// documentation), `allow`.
+    #[serde(flatten)]
+    pub listener: S2sListenerConfig,
     /// Host name advertised in discovery and peer lists; clients connect to it.
     pub host: String,
     /// Input ports (clients send to them).
     pub input_ports: Vec<PortConfig>,
     /// Output ports (clients receive from them).
     pub output_ports: Vec<PortConfig>,
-    /// TLS with client certificates; absent = plain TCP.
-    pub tls: Option<TlsConfig>,
     /// Most attributes per FlowFile.
     pub max_attributes: u64,
     /// Most bytes of one attribute name or value.
@@ -120,12 +136,6 @@ pub struct S2sConfig {
     pub max_transaction_flowfiles: u64,
     /// Most uncompressed bytes per transaction.
     pub max_transaction_bytes: u64,
-    /// Most open RAW connections.
-    pub max_connections: usize,
-    /// Per-read timeout inside a handshake or transaction (ms).
-    pub read_timeout_ms: u64,
-    /// Idle timeout between requests on a pooled connection (ms).
-    pub idle_timeout_ms: u64,
     /// HTTP transaction time-to-live (s).
     pub http_transaction_ttl_secs: u64,
     /// Most open HTTP transactions.
@@ -134,28 +144,24 @@ pub struct S2sConfig {
     pub output_queue_capacity: usize,
     /// Most FlowFiles per output-port transaction.
     pub output_batch_max: usize,
-    /// Drain time for in-flight connections at shutdown (ms).
+    /// How long open connections may finish their transaction after
+    /// shutdown starts, milliseconds (the listener's drain).
     pub shutdown_grace_ms: u64,
 }
 
 impl Default for S2sConfig {
     fn default() -> Self {
         S2sConfig {
-            listen: "127.0.0.1:10000".parse().expect("literal"),
-            enabled: true,
+            listener: S2sListenerConfig::default(),
             host: "localhost".into(),
             input_ports: vec![PortConfig::new("input", "s2s.input")],
             output_ports: Vec::new(),
-            tls: None,
             max_attributes: DEFAULT_MAX_ATTRIBUTES,
             max_attribute_bytes: DEFAULT_MAX_ATTRIBUTE_BYTES,
             max_attributes_total_bytes: DEFAULT_MAX_ATTRIBUTES_TOTAL_BYTES,
             max_content_bytes: DEFAULT_MAX_CONTENT_BYTES,
             max_transaction_flowfiles: DEFAULT_MAX_TRANSACTION_FLOWFILES,
             max_transaction_bytes: DEFAULT_MAX_TRANSACTION_BYTES,
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            read_timeout_ms: DEFAULT_READ_TIMEOUT_MS,
-            idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
             http_transaction_ttl_secs: DEFAULT_HTTP_TRANSACTION_TTL_SECS,
             max_http_transactions: DEFAULT_MAX_HTTP_TRANSACTIONS,
             output_queue_capacity: DEFAULT_OUTPUT_QUEUE_CAPACITY,
@@ -176,19 +182,69 @@ impl S2sConfig {
         }
     }
 
-    /// [`Self::read_timeout_ms`] as a duration.
+    /// The listener's `read_timeout_ms` as a duration; `0` (no limit) is
+    /// [`Duration::MAX`], which `tokio::time::timeout` treats as never.
     pub fn read_timeout(&self) -> Duration {
-        Duration::from_millis(self.read_timeout_ms)
+        millis_or_never(self.listener.read_timeout_ms)
     }
 
-    /// [`Self::idle_timeout_ms`] as a duration.
+    /// The listener's `idle_timeout_ms` as a duration; `0` (never) is
+    /// [`Duration::MAX`].
     pub fn idle_timeout(&self) -> Duration {
-        Duration::from_millis(self.idle_timeout_ms)
+        millis_or_never(self.listener.idle_timeout_ms)
     }
 
-    /// True when the RAW listener speaks TLS.
+    /// How long open connections may finish after shutdown starts.
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_millis(self.shutdown_grace_ms)
+    }
+
+    /// True when the RAW listener serves and speaks TLS: what discovery
+    /// (`siteToSiteSecure`) and the peer list advertise.
     pub fn secure(&self) -> bool {
-        self.tls.is_some()
+        self.listener.enabled && self.listener.tls.is_some()
+    }
+
+    /// Names of the ports whose `allowed_dns` list no RAW client can ever
+    /// satisfy, because the listener asks for no client certificate (no
+    /// `tls.client_ca`). `bind` warns about them.
+    pub fn unreachable_dn_lists(&self) -> Vec<&str> {
+        let asks_certs = self
+            .listener
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.client_ca.is_some());
+        if asks_certs {
+            return Vec::new();
+        }
+        self.input_ports
+            .iter()
+            .chain(&self.output_ports)
+            .filter(|p| !p.allowed_dns.is_empty())
+            .map(|p| p.name.as_str())
+            .collect()
+    }
+}
+
+impl Deref for S2sConfig {
+    type Target = S2sListenerConfig;
+
+    fn deref(&self) -> &S2sListenerConfig {
+        &self.listener
+    }
+}
+
+impl DerefMut for S2sConfig {
+    fn deref_mut(&mut self) -> &mut S2sListenerConfig {
+        &mut self.listener
+    }
+}
+
+fn millis_or_never(ms: u64) -> Duration {
+    if ms == 0 {
+        Duration::MAX
+    } else {
+        Duration::from_millis(ms)
     }
 }
 
@@ -216,5 +272,50 @@ mod tests {
         .unwrap();
         assert_eq!(c.input_ports[0].allowed_dns, vec!["CN=x".to_string()]);
         assert_eq!(c.max_attributes, 25_000);
+        assert_eq!(c.listener.listen.to_string(), "127.0.0.1:1");
+    }
+
+    #[test]
+    fn the_listener_block_sits_in_the_section_with_the_s2s_port() {
+        let c: S2sConfig = toml::from_str("host = \"h\"\n").unwrap();
+        assert_eq!(c.listener.listen.to_string(), "127.0.0.1:10000");
+        assert_eq!(
+            c,
+            S2sConfig {
+                host: "h".into(),
+                ..S2sConfig::default()
+            }
+        );
+
+        let c: S2sConfig = toml::from_str(
+            "max_connections = 7\nread_timeout_ms = 0\nallow = [\"10.0.0.0/8\"]\n\
+             [tls]\ncert = \"s.pem\"\nkey = \"s.key\"\nclient_ca = \"ca.pem\"\n\
+             [[input_ports]]\nname = \"a\"\ntopic = \"t.a\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.max_connections, 7);
+        assert_eq!(c.read_timeout(), Duration::MAX, "0 is no limit");
+        let tls = c.listener.tls.as_ref().unwrap();
+        assert_eq!(tls.client_auth, tidegate_listener::ClientAuth::Required);
+        assert!(c.secure());
+        assert!(c.unreachable_dn_lists().is_empty());
+        let back: S2sConfig = toml::from_str(&toml::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn dn_lists_without_client_certificates_are_reported() {
+        let mut c = S2sConfig::default();
+        c.input_ports[0].allowed_dns = vec!["CN=x".into()];
+        assert_eq!(c.unreachable_dn_lists(), vec!["input"]);
+        c.listener.tls = Some(tidegate_listener::TlsConfig {
+            cert: "s.pem".into(),
+            key: "s.key".into(),
+            client_ca: Some("ca.pem".into()),
+            client_auth: Default::default(),
+        });
+        assert!(c.unreachable_dn_lists().is_empty());
+        c.listener.enabled = false;
+        assert!(!c.secure(), "no RAW listener: nothing secure to advertise");
     }
 }

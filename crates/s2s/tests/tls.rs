@@ -10,16 +10,17 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{start, test_config};
 use tidegate_hub::Hub;
+use tidegate_listener::{ClientAuth, TestPki};
 use tidegate_s2s::client::{discover, ClientError, ClientOptions, RawClient};
 use tidegate_s2s::codec::{DataPacket, ResponseCode};
-use tidegate_s2s::tls::TestPki;
+use tidegate_s2s::tls::ClientTls;
 use tidegate_s2s::PortConfig;
 
 #[tokio::test]
 async fn client_certificates_and_dn_allow_lists() {
     let pki = TestPki::generate().unwrap();
     let mut cfg = test_config();
-    cfg.tls = Some(pki.server_config());
+    cfg.listener.tls = Some(pki.server_tls(Some(ClientAuth::Required)));
     cfg.input_ports.push(PortConfig {
         allowed_dns: vec!["OU=bench, CN=tidegate-client".into()],
         ..PortConfig::new("mine", "s2s.mine")
@@ -38,7 +39,7 @@ async fn client_certificates_and_dn_allow_lists() {
             .secure
     );
 
-    let tls = pki.client().unwrap();
+    let tls = ClientTls::new(pki.client_config(true).unwrap());
     let opts = ClientOptions::default();
     let id = |n: &str| PortConfig::new(n, "x").resolved_id();
     let mut c = tls
@@ -124,7 +125,7 @@ async fn stock_client_sends_over_tls() {
     assert!(st.success());
 
     let mut cfg = test_config();
-    cfg.tls = Some(pki.server_config());
+    cfg.listener.tls = Some(pki.server_tls(Some(ClientAuth::Required)));
     cfg.input_ports[0].allowed_dns = vec![pki.client_dn.clone()];
     let hub = Hub::default();
     let sub = hub.subscribe("s2s.input").unwrap();

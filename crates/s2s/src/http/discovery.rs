@@ -36,7 +36,9 @@ pub(crate) async fn site_to_site(State(st): State<Arc<HttpState>>) -> Response {
             "instanceId": "tidegate",
             "remoteSiteListeningPort": st.raw_port,
             "remoteSiteHttpListeningPort": st.http_port,
-            "siteToSiteSecure": ports.config().secure(),
+            // RAW over TLS only: the HTTP transport is on the plain `[http]`
+            // listener, so there is nothing secure without a RAW listener.
+            "siteToSiteSecure": st.raw_port.is_some() && ports.config().secure(),
             "inputPortCount": inputs.len(),
             "outputPortCount": outputs.len(),
             "inputPorts": inputs,

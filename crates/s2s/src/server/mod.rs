@@ -1,7 +1,8 @@
-//! The `[s2s]` RAW socket listener: accepts connections (TLS with client
-//! certificates when configured), bounds their number, and runs one task per
-//! connection ([`session`]). No thread per client; per-connection memory is
-//! a few kilobytes of buffers.
+//! The `[s2s]` RAW socket listener: the listener core
+//! ([`tidegate_listener::Listener`]) accepts, applies the connection limit,
+//! the allow-list and TLS (client certificates), and hands each connection
+//! to a Site-to-Site [`session`] in its own task. Nothing here touches
+//! `accept()` or a TLS configuration.
 
 mod error;
 mod receive;
@@ -10,33 +11,40 @@ mod transfer;
 
 pub use error::SessionError;
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::net::SocketAddr;
 
 use tidegate_hub::Hub;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tidegate_listener::{ConnStream, Connection, Listener, ListenerError};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-use tracing::{info, warn};
+use tracing::warn;
 
+use crate::frame_io::QuickAck;
 use crate::ports::S2sPorts;
-use crate::{tls, S2sConfig};
+use crate::S2sConfig;
 
-/// Longest a TLS handshake may take.
-const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The listener's name: its config section and its metrics label.
+pub const SECTION: &str = "s2s";
 
 /// A bound `[s2s]` RAW socket listener, ready to serve.
+#[derive(Debug)]
 pub struct S2sServer {
-    listener: TcpListener,
+    listener: Listener,
     config: S2sConfig,
     ports: Option<S2sPorts>,
 }
 
 impl S2sServer {
-    /// Binds `config.listen` (port 0 picks a free port).
-    pub async fn bind(config: S2sConfig) -> std::io::Result<Self> {
-        let listener = TcpListener::bind(config.listen).await?;
+    /// Loads the TLS files, then binds `listen` (port 0 picks a free port).
+    /// Must be called inside a tokio runtime.
+    pub fn bind(config: S2sConfig) -> Result<Self, ListenerError> {
+        let listener = Listener::bind(SECTION, config.listener.settings())?;
+        for port in config.unreachable_dn_lists() {
+            warn!(
+                port,
+                "[s2s] port has allowed_dns, but the RAW listener asks no client certificate \
+                 (tls.client_ca): no client can use it"
+            );
+        }
         Ok(S2sServer {
             listener,
             config,
@@ -52,98 +60,31 @@ impl S2sServer {
     }
 
     /// The bound address.
-    pub fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+    pub fn local_addr(&self) -> SocketAddr {
         self.listener.local_addr()
     }
 
-    /// Serves until `shutdown` is cancelled, then lets in-flight
-    /// transactions finish for up to `shutdown_grace_ms`.
+    /// Serves until `shutdown` is cancelled, then lets open connections
+    /// finish their transaction for up to `shutdown_grace_ms`.
     pub async fn run(self, hub: Hub, shutdown: CancellationToken) -> std::io::Result<()> {
         let ports = match self.ports {
             Some(p) => p,
-            None => S2sPorts::new(self.config.clone(), hub)
+            None => S2sPorts::new(self.config.clone(), hub.clone())
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
         };
-        let tls = match &self.config.tls {
-            Some(t) => Some(tokio_rustls::TlsAcceptor::from(tls::server_config(t)?)),
-            None => None,
-        };
-        let raw_port = self.listener.local_addr()?.port();
-        let limit = Arc::new(Semaphore::new(self.config.max_connections.max(1)));
-        let tracker = TaskTracker::new();
-        let metrics = ports.metrics().clone();
-        info!(addr = %self.listener.local_addr()?, secure = tls.is_some(), "s2s RAW listener up");
-        loop {
-            let accepted = tokio::select! {
-                _ = shutdown.cancelled() => break,
-                a = self.listener.accept() => a,
-            };
-            let (stream, peer) = match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // EMFILE and friends: count, breathe, go on.
-                    metrics.error("accept");
-                    warn!(error = %e, "s2s accept failed");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
-                }
-            };
-            let Ok(permit) = limit.clone().try_acquire_owned() else {
-                metrics.error("too_many_connections");
-                warn!(%peer, max = self.config.max_connections, "s2s connection refused: too many connections");
-                drop(stream);
-                continue;
-            };
-            let _ = stream.set_nodelay(true);
-            let (ports, shutdown, tls, metrics) = (
-                ports.clone(),
-                shutdown.clone(),
-                tls.clone(),
-                metrics.clone(),
-            );
-            tracker.spawn(async move {
-                let _open = metrics.connection();
-                let _permit = permit;
-                match tls {
-                    None => session::serve(stream, None, ports, raw_port, shutdown).await,
-                    Some(acceptor) => {
-                        let tls_stream = match tokio::time::timeout(
-                            TLS_HANDSHAKE_TIMEOUT,
-                            acceptor.accept(stream),
-                        )
-                        .await
-                        {
-                            Ok(Ok(s)) => s,
-                            Ok(Err(e)) => {
-                                metrics.error("tls_handshake");
-                                warn!(%peer, error = %e, "s2s TLS handshake failed");
-                                return;
-                            }
-                            Err(_) => {
-                                metrics.error("tls_handshake");
-                                warn!(%peer, "s2s TLS handshake timed out");
-                                return;
-                            }
-                        };
-                        let dn = tls_stream
-                            .get_ref()
-                            .1
-                            .peer_certificates()
-                            .and_then(|c| c.first())
-                            .and_then(|c| tls::subject_dn(c));
-                        session::serve(tls_stream, dn, ports, raw_port, shutdown).await
-                    }
-                }
-            });
-        }
-        tracker.close();
-        let grace = Duration::from_millis(self.config.shutdown_grace_ms);
-        if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
-            warn!(
-                open = tracker.len(),
-                "s2s shutdown grace elapsed with connections still open"
-            );
-        }
-        Ok(())
+        let raw_port = self.listener.local_addr().port();
+        let drain = self.config.shutdown_grace();
+        self.listener
+            .run(&hub, shutdown, drain, move |conn: Connection| {
+                session::serve(conn, ports.clone(), raw_port)
+            })
+            .await
+    }
+}
+
+/// The stock Java client writes with Nagle's algorithm on; see [`QuickAck`].
+impl QuickAck for ConnStream {
+    fn quick_ack(&self) {
+        let _ = socket2::SockRef::from(self.tcp()).set_quickack(true);
     }
 }

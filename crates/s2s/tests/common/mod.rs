@@ -9,6 +9,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use tidegate_hub::Hub;
+use tidegate_listener::ListenerConfig;
 use tidegate_s2s::{PortConfig, S2sConfig, S2sPorts, S2sServer};
 use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
@@ -39,7 +40,7 @@ impl Running {
 /// ← `s2s.output`, on free ports.
 pub fn test_config() -> S2sConfig {
     S2sConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
+        listener: ListenerConfig::on("127.0.0.1:0".parse().unwrap()),
         host: "127.0.0.1".into(),
         input_ports: vec![PortConfig::new("input", "s2s.input")],
         output_ports: vec![PortConfig::new("output", "s2s.output")],
@@ -56,8 +57,8 @@ pub async fn start(config: S2sConfig, hub: Hub) -> Running {
         .with_test_writer()
         .try_init();
     let shutdown = CancellationToken::new();
-    let server = S2sServer::bind(config.clone()).await.unwrap();
-    let raw = server.local_addr().unwrap();
+    let server = S2sServer::bind(config.clone()).unwrap();
+    let raw = server.local_addr();
     let http_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let http = http_listener.local_addr().unwrap();
     let ports = S2sPorts::new(config, hub.clone()).unwrap();
@@ -167,4 +168,52 @@ pub async fn java(version: Nifi, args: &[&str], timeout: Duration) -> Vec<serde_
 /// Byte `j` of FlowFile `i` in the driver's `send` mode.
 pub fn content(i: usize, size: usize) -> Vec<u8> {
     (0..size).map(|j| ((i * 31 + j) % 251) as u8).collect()
+}
+
+/// The identifier of the port named `name` (derived from the name).
+pub fn port_id(name: &str) -> String {
+    PortConfig::new(name, "x").resolved_id()
+}
+
+/// A FlowFile with no attributes.
+pub fn flowfile(content: &[u8]) -> tidegate_s2s::codec::DataPacket {
+    tidegate_s2s::codec::DataPacket {
+        attributes: Vec::new(),
+        content: bytes::Bytes::copy_from_slice(content),
+    }
+}
+
+/// A RAW client on port `input`, handshake done.
+pub async fn input_client(raw: SocketAddr) -> tidegate_s2s::client::RawClient {
+    let opts = tidegate_s2s::client::ClientOptions {
+        timeout: Duration::from_secs(5),
+        ..Default::default()
+    };
+    tidegate_s2s::client::RawClient::connect(raw, Some(&port_id("input")), opts)
+        .await
+        .unwrap()
+}
+
+/// Polls `cond` every 10 ms until it holds; panics after `limit`.
+pub async fn wait_until(what: &str, limit: Duration, cond: impl Fn() -> bool) {
+    let until = tokio::time::Instant::now() + limit;
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "{what}: not within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Reads until the server closes the connection (EOF or reset); returns
+/// how long that took, or `None` if it stayed open for `limit`.
+pub async fn closed_within(s: &mut tokio::net::TcpStream, limit: Duration) -> Option<Duration> {
+    use tokio::io::AsyncReadExt;
+    let start = tokio::time::Instant::now();
+    let mut sink = Vec::new();
+    match tokio::time::timeout(limit, s.read_to_end(&mut sink)).await {
+        Ok(_) => Some(start.elapsed()),
+        Err(_) => None,
+    }
 }

@@ -1,0 +1,91 @@
+//! The RAW listener's timeouts from the listener block: a pooled connection
+//! that goes silent is closed after `idle_timeout_ms`; a client that sends
+//! part of a handshake or of a FlowFile packet and then nothing is closed
+//! after `read_timeout_ms` (the slowloris guard), counted, with nothing
+//! published.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{closed_within, input_client, start, test_config, wait_until};
+use tidegate_hub::Hub;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+/// Longer than any timeout these tests set, by far.
+const LIMIT: Duration = Duration::from_secs(10);
+
+#[tokio::test]
+async fn a_silent_pooled_connection_is_closed_by_the_idle_timeout() {
+    let mut cfg = test_config();
+    cfg.listener.idle_timeout_ms = 300;
+    cfg.listener.read_timeout_ms = 60_000;
+    let srv = start(cfg, Hub::default()).await;
+    let metrics = srv.ports.metrics().clone();
+
+    let started = tokio::time::Instant::now();
+    let client = input_client(srv.raw).await;
+    assert_eq!(metrics.open_connections(), 1);
+    wait_until("idle connection closed", LIMIT, || {
+        metrics.open_connections() == 0
+    })
+    .await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "closed before the idle timeout: {:?}",
+        started.elapsed()
+    );
+    drop(client);
+}
+
+#[tokio::test]
+async fn part_of_a_handshake_then_nothing_is_closed_by_the_read_timeout() {
+    let mut cfg = test_config();
+    cfg.listener.idle_timeout_ms = 60_000;
+    cfg.listener.read_timeout_ms = 300;
+    let srv = start(cfg, Hub::default()).await;
+    let metrics = srv.ports.metrics().clone();
+
+    let mut s = TcpStream::connect(srv.raw).await.unwrap();
+    // The magic bytes and the first two bytes of the protocol offer's name.
+    s.write_all(b"NiFi\x00\x17").await.unwrap();
+    let took = closed_within(&mut s, LIMIT)
+        .await
+        .expect("a stalled handshake is closed");
+    assert!(took >= Duration::from_millis(250), "{took:?}");
+    wait_until("timeout counted", LIMIT, || {
+        metrics.error_count("read_timeout") == 1
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn part_of_a_packet_then_nothing_is_closed_by_the_read_timeout() {
+    let mut cfg = test_config();
+    cfg.listener.idle_timeout_ms = 60_000;
+    cfg.listener.read_timeout_ms = 300;
+    let hub = Hub::default();
+    let sub = hub.subscribe("s2s.input").unwrap();
+    let srv = start(cfg, hub.clone()).await;
+    let metrics = srv.ports.metrics().clone();
+
+    let mut c = input_client(srv.raw).await;
+    c.begin_send().await.unwrap();
+    // Two of the four bytes of the packet's attribute count.
+    c.write_raw(&[0, 0]);
+    c.flush().await.unwrap();
+    let answered = tokio::time::timeout(LIMIT, c.read_response()).await;
+    assert!(
+        matches!(answered, Ok(Err(_))),
+        "the server closes the stalled transaction: {answered:?}"
+    );
+    wait_until("timeout counted", LIMIT, || {
+        metrics.error_count("read_timeout") == 1
+    })
+    .await;
+    assert!(
+        sub.is_empty(),
+        "nothing of a stalled transaction is published"
+    );
+}
