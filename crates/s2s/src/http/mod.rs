@@ -1,6 +1,6 @@
 //! Site-to-Site over HTTP, served under `/nifi-api/` on the `[http]`
-//! listener: discovery ([`discovery`]) and the HTTP transport
-//! ([`transport`]) with its transaction table ([`transactions`]).
+//! listener: discovery (`discovery`) and the HTTP transport
+//! (`transport`) with its transaction table (`transactions`).
 
 mod discovery;
 mod transactions;

@@ -1,7 +1,7 @@
 //! The `[s2s]` RAW socket listener: the listener core
 //! ([`tidegate_listener::Listener`]) accepts, applies the connection limit,
 //! the allow-list and TLS (client certificates), and hands each connection
-//! to a Site-to-Site [`session`] in its own task. Nothing here touches
+//! to a Site-to-Site `session` in its own task. Nothing here touches
 //! `accept()` or a TLS configuration.
 
 mod error;
