@@ -15,11 +15,11 @@
 //! [sinks.kafka]
 //! brokers = "127.0.0.1:9092"
 //! topic = "tidegate"                     # the default Kafka topic
-//! # topic_template = "logs_${topic[-1]}" # derive a topic from the hub topic …
+//! # topic_template = "logs_$TAG[-1]"     # derive a topic from the hub topic …
 //! # topics = ["logs_web", "logs_db"]     # … used only when on this list
 //! # dynamic_topics = false               # true: any derived topic (one per tag)
-//! # topic_strip_prefix = ""              # dropped from the hub topic for `${topic}`
-//! # topic_separator = "."                # replaces `.` in `${topic}`
+//! # topic_strip_prefix = ""              # dropped from the hub topic for `$TOPIC`
+//! # topic_separator = "."                # replaces `.` in `$TOPIC`
 //! # message_key_field = "user_id"        # JSON payload field → Kafka key
 //! linger_ms = 20
 //! batch_size = 1000000
@@ -52,8 +52,8 @@ pub struct KafkaConfig {
     /// [`KafkaConfig::DEFAULT_TOPIC`] (`"tidegate"`).
     pub topic: String,
     /// Derives a Kafka topic from the message's hub topic (see
-    /// [`crate::template`] for the syntax: `${topic}`, `${topic[N]}`, and
-    /// Fluentd's spelling `${tag}`, `${tag[N]}`), e.g. `"logs_${topic[-1]}"`.
+    /// [`crate::template`] for the syntax: `$TOPIC`, `$TOPIC[N]`, and
+    /// Fluent Bit's spelling `$TAG`, `$TAG[N]`), e.g. `"logs_$TAG[-1]"`.
     /// The result is used only if it is on `topics` (or `dynamic_topics` is
     /// on); otherwise the message goes to `topic`. Default: none.
     pub topic_template: Option<String>,
@@ -62,15 +62,15 @@ pub struct KafkaConfig {
     pub topics: Vec<String>,
     /// Lets `topic_template` produce any legal Kafka topic, creating one
     /// Kafka topic per distinct hub topic if the broker auto-creates topics
-    /// (`topic_template = "${topic}"` with this on is the pre-allow-list
+    /// (`topic_template = "$TOPIC"` with this on is the pre-allow-list
     /// mapping). Requires `topic_template`. Default: `false`.
     pub dynamic_topics: bool,
-    /// Removed from the front of the hub topic before `${topic}` and
-    /// `${topic[N]}` see it, e.g. `"logs."` turns `logs.app.web` into
+    /// Removed from the front of the hub topic before `$TOPIC` and
+    /// `$TOPIC[N]` see it, e.g. `"logs."` turns `logs.app.web` into
     /// `app.web` (a hub topic that is only the prefix is kept whole).
     /// Requires `topic_template`. Default: empty.
     pub topic_strip_prefix: String,
-    /// Written in place of each `.` of the hub topic in `${topic}` (`"."`,
+    /// Written in place of each `.` of the hub topic in `$TOPIC` (`"."`,
     /// `"_"` or `"-"`; Kafka accepts all three). Requires `topic_template`
     /// unless `"."`. Default: `"."`.
     pub topic_separator: String,
@@ -370,7 +370,7 @@ pub enum ConfigError {
     #[error(
         "[sinks.kafka] {0} only applies to topic_template, which is not set (every message \
          goes to `topic`; for one Kafka topic per hub topic set \
-         topic_template = \"${{topic}}\" and dynamic_topics = true)"
+         topic_template = \"$TOPIC\" and dynamic_topics = true)"
     )]
     NeedsTemplate(&'static str),
     /// `message_key_field = ""`.
@@ -409,7 +409,7 @@ mod tests {
         let text = toml::to_string(&c).unwrap();
         assert_eq!(toml::from_str::<KafkaConfig>(&text).unwrap(), c);
         c.topic = "t".into();
-        c.topic_template = Some("t_${topic[-1]}".into());
+        c.topic_template = Some("t_$TOPIC[-1]".into());
         c.topics = vec!["t_a".into(), "t_b".into()];
         c.message_key_field = Some("user".into());
         c.properties
@@ -479,7 +479,7 @@ mod tests {
         };
         assert_eq!(c.client_config().unwrap_err(), ConfigError::ZeroQueue);
         let c = KafkaConfig {
-            topic_template: Some("${topic}".into()),
+            topic_template: Some("$TOPIC".into()),
             dynamic_topics: true,
             topic_separator: "/".into(),
             ..KafkaConfig::default()
@@ -517,11 +517,11 @@ mod tests {
                 .unwrap_err()
                 .to_string()
         };
-        let e = err("topic_template = \"logs_${tag}\"");
+        let e = err("topic_template = \"logs_$TAG\"");
         assert!(e.contains("topic_template needs `topics`"), "{e}");
-        let e = err("topic_template = \"logs_${host}\"\ntopics = [\"a\"]");
-        assert!(e.contains("topic_template \"logs_${host}\""), "{e}");
-        let e = err("topic_template = \"${tag}\"\ntopics = [\"ok\", \"not ok\"]");
+        let e = err("topic_template = \"logs_$host\"\ntopics = [\"a\"]");
+        assert!(e.contains("topic_template \"logs_$host\""), "{e}");
+        let e = err("topic_template = \"$TAG\"\ntopics = [\"ok\", \"not ok\"]");
         assert!(e.contains("topics: \"not ok\""), "{e}");
         let e = err("topics = [\"a\"]");
         assert!(
@@ -539,7 +539,7 @@ mod tests {
         let e = err("message_key_field = \"\"");
         assert!(e.contains("message_key_field"), "{e}");
         toml::from_str::<KafkaConfig>(
-            "topic_template = \"${tag}\"\ndynamic_topics = true\nmessage_key_field = \"id\"",
+            "topic_template = \"$TAG\"\ndynamic_topics = true\nmessage_key_field = \"id\"",
         )
         .unwrap()
         .check()

@@ -229,7 +229,7 @@ mod tests {
     #[test]
     fn the_sinks_own_checks_come_first() {
         let c = KafkaConfig {
-            topic_template: Some("${nope}".into()),
+            topic_template: Some("$nope".into()),
             ..KafkaConfig::default()
         };
         let e = validate(&c).unwrap_err();

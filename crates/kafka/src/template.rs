@@ -4,13 +4,18 @@
 //! the allow-list's business ([`crate::topic`]), not this file's.
 //!
 //! A template is literal text — characters Kafka allows in a topic name:
-//! ASCII letters, digits, `.`, `_`, `-` — and placeholders:
+//! ASCII letters, digits, `.`, `_`, `-` — and placeholders, written as
+//! Fluent Bit writes its tag accessors:
 //!
 //! | placeholder | becomes |
 //! |---|---|
-//! | `${topic}` | the hub topic (after `topic_strip_prefix`), each `.` written as `topic_separator` |
-//! | `${topic[N]}` | its `N`-th `.`-separated token, counted from 0; a negative `N` counts from the end (`${topic[-1]}` is the last token) |
-//! | `${tag}`, `${tag[N]}` | the same, in Fluentd's spelling (a Forward tag is the hub topic after `[forward] topic_prefix`) |
+//! | `$TOPIC` | the hub topic (after `topic_strip_prefix`), each `.` written as `topic_separator` |
+//! | `$TOPIC[N]` | its `N`-th `.`-separated token, counted from 0; a negative `N` counts from the end (`$TOPIC[-1]` is the last token) |
+//! | `$TAG`, `$TAG[N]` | the same, in Fluent Bit's spelling (a Forward tag is the hub topic after `[forward] topic_prefix`) |
+//!
+//! A placeholder ends where its name (or `[N]`) does: `logs_$TAG[1]_raw` and
+//! `$TAG-x` are fine. There are no braces: in the config file `${NAME}` is an
+//! environment variable, expanded before the sink sees the text.
 //!
 //! In what a placeholder inserts, each character Kafka does not allow becomes
 //! `_`. A rendering that is not a legal Kafka topic — a token that does not
@@ -18,9 +23,9 @@
 //! message goes to the default topic.
 //!
 //! ```text
-//! hub topic "logs.app.web", template "logs_${topic[-1]}"  → "logs_web"
-//! hub topic "logs.app.web", template "${tag[1]}-${tag[2]}" → "app-web"
-//! hub topic "logs.app",     template "x_${topic[5]}"       → nothing (default topic)
+//! hub topic "logs.app.web", template "logs_$TOPIC[-1]"  → "logs_web"
+//! hub topic "logs.app.web", template "$TAG[1]-$TAG[2]"  → "app-web"
+//! hub topic "logs.app",     template "x_$TOPIC[5]"      → nothing (default topic)
 //! ```
 
 use thiserror::Error;
@@ -49,14 +54,15 @@ pub enum TemplateError {
     /// Nothing to render.
     #[error("the template is empty")]
     Empty,
-    /// `${` without its `}`.
-    #[error("`${{` at byte {0} is not closed by `}}`")]
-    Unclosed(usize),
-    /// `${…}` that is not one of the placeholders.
+    /// `$` not followed by a placeholder.
     #[error(
-        "`${{{0}}}` is not a placeholder (use `${{topic}}`, `${{topic[N]}}`, `${{tag}}` or `${{tag[N]}}`)"
+        "{0:?} is not a placeholder (use $TOPIC, $TOPIC[N], $TAG or $TAG[N], without braces: \
+         ${{NAME}} in the config file is an environment variable)"
     )]
     UnknownPlaceholder(String),
+    /// `[` after a placeholder without a valid index and `]`.
+    #[error("{0:?}: the index must be an integer in brackets, e.g. $TAG[1] or $TAG[-1]")]
+    BadIndex(String),
     /// A literal character Kafka does not allow in a topic name.
     #[error("{0:?} cannot be in a Kafka topic (only ASCII letters, digits, `.`, `_` and `-`)")]
     BadLiteral(char),
@@ -71,26 +77,22 @@ impl TopicTemplate {
         let mut parts = Vec::new();
         let mut rest = text;
         while !rest.is_empty() {
-            match rest.find("${") {
-                Some(0) => {
-                    let at = text.len() - rest.len();
-                    let close = rest.find('}').ok_or(TemplateError::Unclosed(at))?;
-                    parts.push(placeholder(&rest[2..close])?);
-                    rest = &rest[close + 1..];
-                }
-                found => {
-                    let end = found.unwrap_or(rest.len());
-                    let literal = &rest[..end];
-                    if let Some(bad) = literal
-                        .chars()
-                        .find(|c| !c.is_ascii() || !is_legal_byte(*c as u8))
-                    {
-                        return Err(TemplateError::BadLiteral(bad));
-                    }
-                    parts.push(Part::Literal(literal.to_owned()));
-                    rest = &rest[end..];
-                }
+            if let Some(after) = rest.strip_prefix('$') {
+                let (part, tail) = placeholder(after)?;
+                parts.push(part);
+                rest = tail;
+                continue;
             }
+            let end = rest.find('$').unwrap_or(rest.len());
+            let literal = &rest[..end];
+            if let Some(bad) = literal
+                .chars()
+                .find(|c| !c.is_ascii() || !is_legal_byte(*c as u8))
+            {
+                return Err(TemplateError::BadLiteral(bad));
+            }
+            parts.push(Part::Literal(literal.to_owned()));
+            rest = &rest[end..];
         }
         Ok(TopicTemplate { parts })
     }
@@ -119,20 +121,24 @@ impl TopicTemplate {
     }
 }
 
-/// The inside of `${…}`.
-fn placeholder(inner: &str) -> Result<Part, TemplateError> {
-    let unknown = || TemplateError::UnknownPlaceholder(inner.to_owned());
-    let index = match inner.strip_prefix("topic").or(inner.strip_prefix("tag")) {
-        Some("") => return Ok(Part::Whole),
-        Some(index) => index,
-        None => return Err(unknown()),
+/// The placeholder at the start of `text` (just after its `$`), and the
+/// text after it.
+fn placeholder(text: &str) -> Result<(Part, &str), TemplateError> {
+    let Some(rest) = text.strip_prefix("TOPIC").or(text.strip_prefix("TAG")) else {
+        let shown: String = text.chars().take(12).collect();
+        return Err(TemplateError::UnknownPlaceholder(format!("${shown}")));
     };
-    let n = index
-        .strip_prefix('[')
-        .and_then(|i| i.strip_suffix(']'))
-        .and_then(|n| n.parse::<i32>().ok())
-        .ok_or_else(unknown)?;
-    Ok(Part::Token(n))
+    let Some(index) = rest.strip_prefix('[') else {
+        return Ok((Part::Whole, rest));
+    };
+    let written = || {
+        let name = &text[..text.len() - rest.len()];
+        let shown: String = rest.chars().take(12).collect();
+        TemplateError::BadIndex(format!("${name}{shown}"))
+    };
+    let close = index.find(']').ok_or_else(written)?;
+    let n = index[..close].parse::<i32>().map_err(|_| written())?;
+    Ok((Part::Token(n), &index[close + 1..]))
 }
 
 /// The `n`-th `.`-separated token of `topic`; negative `n` from the end.
@@ -214,60 +220,71 @@ mod tests {
 
     #[test]
     fn placeholders_insert_the_topic_or_one_of_its_tokens() {
-        assert_eq!(render("${topic}", "logs.app.web").unwrap(), "logs.app.web");
-        assert_eq!(render("logs_${tag}", "app").unwrap(), "logs_app");
-        assert_eq!(render("k-${topic[0]}", "logs.app.web").unwrap(), "k-logs");
+        assert_eq!(render("$TOPIC", "logs.app.web").unwrap(), "logs.app.web");
+        assert_eq!(render("logs_$TAG", "app").unwrap(), "logs_app");
+        assert_eq!(render("k-$TOPIC[0]", "logs.app.web").unwrap(), "k-logs");
         assert_eq!(
-            render("${tag[1]}_${tag[2]}", "logs.app.web").unwrap(),
+            render("$TAG[1]_$TAG[2]", "logs.app.web").unwrap(),
             "app_web"
         );
-        assert_eq!(render("x${topic[-1]}", "logs.app.web").unwrap(), "xweb");
-        assert_eq!(render("${topic[-3]}", "logs.app.web").unwrap(), "logs");
+        assert_eq!(render("x$TOPIC[-1]", "logs.app.web").unwrap(), "xweb");
+        assert_eq!(render("$TOPIC[-3]", "logs.app.web").unwrap(), "logs");
+        assert_eq!(render("$TAG[1]_raw", "logs.app.web").unwrap(), "app_raw");
+        assert_eq!(
+            render("$TAGS", "logs").unwrap(),
+            "logsS",
+            "the name ends at TAG"
+        );
         assert_eq!(render("fixed", "logs.app").unwrap(), "fixed");
     }
 
     #[test]
     fn a_missing_token_or_an_illegal_result_derives_nothing() {
-        assert_eq!(render("x_${topic[3]}", "logs.app.web"), None);
-        assert_eq!(render("x_${topic[-4]}", "logs.app.web"), None);
-        assert_eq!(render("${topic}", &"a".repeat(250)), None);
-        assert_eq!(render("${topic}", "."), None);
-        assert_eq!(render("${topic[1]}", "a."), None, "an empty token");
-        assert!(render("${topic}", &"a".repeat(249)).is_some());
+        assert_eq!(render("x_$TOPIC[3]", "logs.app.web"), None);
+        assert_eq!(render("x_$TOPIC[-4]", "logs.app.web"), None);
+        assert_eq!(render("$TOPIC", &"a".repeat(250)), None);
+        assert_eq!(render("$TOPIC", "."), None);
+        assert_eq!(render("$TOPIC[1]", "a."), None, "an empty token");
+        assert!(render("$TOPIC", &"a".repeat(249)).is_some());
     }
 
     #[test]
     fn inserted_characters_kafka_refuses_become_underscores() {
-        assert_eq!(render("l_${topic}", "häfen/x:y").unwrap(), "l_h_fen_x_y");
-        let t = TopicTemplate::parse("${topic}").unwrap();
+        assert_eq!(render("l_$TOPIC", "häfen/x:y").unwrap(), "l_h_fen_x_y");
+        let t = TopicTemplate::parse("$TOPIC").unwrap();
         let mut buf = TopicBuf::default();
         assert_eq!(t.render("logs.app", b'-', &mut buf), Some("logs-app"));
     }
 
     #[test]
     fn bad_templates_are_refused_with_the_reason() {
-        assert_eq!(TopicTemplate::parse(""), Err(TemplateError::Empty));
+        use TemplateError::*;
+        assert_eq!(TopicTemplate::parse(""), Err(Empty));
         assert_eq!(
-            TopicTemplate::parse("a_${topic"),
-            Err(TemplateError::Unclosed(2))
+            TopicTemplate::parse("a_$host"),
+            Err(UnknownPlaceholder("$host".into()))
         );
         assert_eq!(
-            TopicTemplate::parse("${host}"),
-            Err(TemplateError::UnknownPlaceholder("host".into()))
+            TopicTemplate::parse("${TAG}"),
+            Err(UnknownPlaceholder("${TAG}".into()))
+        );
+        let e = TopicTemplate::parse("${TAG}").unwrap_err().to_string();
+        assert!(e.contains("environment variable"), "{e}");
+        assert_eq!(
+            TopicTemplate::parse("x$"),
+            Err(UnknownPlaceholder("$".into()))
         );
         assert_eq!(
-            TopicTemplate::parse("${topic[x]}"),
-            Err(TemplateError::UnknownPlaceholder("topic[x]".into()))
+            TopicTemplate::parse("$TAG[x]"),
+            Err(BadIndex("$TAG[x]".into()))
         );
         assert_eq!(
-            TopicTemplate::parse("logs/${tag}"),
-            Err(TemplateError::BadLiteral('/'))
+            TopicTemplate::parse("$TAG[1"),
+            Err(BadIndex("$TAG[1".into()))
         );
-        assert_eq!(
-            TopicTemplate::parse("$x"),
-            Err(TemplateError::BadLiteral('$'))
-        );
-        assert!(TopicTemplate::parse("${topic}").unwrap().is_whole_topic());
-        assert!(!TopicTemplate::parse("${tag}_").unwrap().is_whole_topic());
+        assert_eq!(TopicTemplate::parse("logs/$TAG"), Err(BadLiteral('/')));
+        assert!(TopicTemplate::parse("$TOPIC").unwrap().is_whole_topic());
+        assert!(TopicTemplate::parse("$TAG").unwrap().is_whole_topic());
+        assert!(!TopicTemplate::parse("$TAG_").unwrap().is_whole_topic());
     }
 }

@@ -143,7 +143,7 @@ mod tests {
     #[test]
     fn a_template_reaches_only_the_allowed_topics() {
         let m = mapper(
-            "topic = \"other\"\ntopic_template = \"logs_${tag[-1]}\"\n\
+            "topic = \"other\"\ntopic_template = \"logs_$TAG[-1]\"\n\
              topics = [\"logs_web\", \"logs_db\"]",
         );
         assert!(matches!(m.map("app.web"), Cow::Borrowed("logs_web")));
@@ -155,14 +155,14 @@ mod tests {
 
     #[test]
     fn an_unrenderable_template_falls_back_to_the_default_topic() {
-        let m = mapper("topic_template = \"t_${topic[2]}\"\ndynamic_topics = true");
+        let m = mapper("topic_template = \"t_$TOPIC[2]\"\ndynamic_topics = true");
         assert_eq!(m.map("a.b.c"), "t_c");
         assert_eq!(m.map("a.b"), "tidegate");
     }
 
     #[test]
     fn dynamic_topics_map_every_hub_topic_as_before_the_allow_list() {
-        let m = mapper("topic_template = \"${topic}\"\ndynamic_topics = true");
+        let m = mapper("topic_template = \"$TOPIC\"\ndynamic_topics = true");
         assert!(matches!(
             m.map("logs.app.web"),
             Cow::Borrowed("logs.app.web")
@@ -170,7 +170,7 @@ mod tests {
         assert_eq!(m.map("logs.häfen/x:y"), "logs.h_fen_x_y");
         assert_eq!(m.map(&"a".repeat(300)), "tidegate", "too long for Kafka");
         let m = mapper(
-            "topic_template = \"${topic}\"\ndynamic_topics = true\n\
+            "topic_template = \"$TOPIC\"\ndynamic_topics = true\n\
              topic_separator = \"_\"\ntopic_strip_prefix = \"logs.\"",
         );
         assert_eq!(m.map("logs.app.web"), "app_web");
@@ -181,7 +181,7 @@ mod tests {
     #[test]
     fn the_allow_list_is_checked_against_the_mapped_name() {
         let m = mapper(
-            "topic_template = \"${topic}\"\ntopics = [\"app_web\"]\n\
+            "topic_template = \"$TOPIC\"\ntopics = [\"app_web\"]\n\
              topic_separator = \"_\"\ntopic_strip_prefix = \"logs.\"",
         );
         assert!(matches!(m.map("logs.app.web"), Cow::Borrowed("app_web")));
@@ -194,7 +194,7 @@ mod tests {
             topic in "\\PC{0,300}",
             sep in prop::sample::select(vec![".", "_", "-"]),
             prefix in "[a-z.]{0,4}",
-            template in prop::sample::select(vec!["${topic}", "a_${tag[1]}", "${topic[-1]}.x"]),
+            template in prop::sample::select(vec!["$TOPIC", "a_$TAG[1]", "$TOPIC[-1].x"]),
         ) {
             let m = mapper(&format!(
                 "topic_template = {template:?}\ndynamic_topics = true\n\

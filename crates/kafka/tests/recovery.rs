@@ -281,7 +281,7 @@ async fn templated_topics_reach_only_the_allow_list_and_keys_come_from_the_paylo
     let sink = Arc::new(
         KafkaSink::new(KafkaConfig {
             topic: "tpl-default".into(),
-            topic_template: Some("tpl_${tag[-1]}".into()),
+            topic_template: Some("tpl_$TAG[-1]".into()),
             topics: vec!["tpl_web".into()],
             message_key_field: Some("user".into()),
             ..KafkaConfig::for_brokers(broker.bootstrap())
@@ -339,7 +339,7 @@ async fn templated_topics_reach_only_the_allow_list_and_keys_come_from_the_paylo
     let report = probe(
         &KafkaConfig {
             topic: "tpl_db".into(),
-            topic_template: Some("${topic}".into()),
+            topic_template: Some("$TOPIC".into()),
             topics: vec!["tpl_new-tag".into(), "tpl_web".into()],
             ..KafkaConfig::for_brokers(broker.bootstrap())
         },
@@ -369,7 +369,7 @@ async fn probe_reports_the_brokers_and_which_configured_topics_exist() {
 
     let config = KafkaConfig {
         topic: "probe-present".into(),
-        topic_template: Some("probe-${tag}".into()),
+        topic_template: Some("probe-$TAG".into()),
         topics: vec!["probe-absent".into()],
         ..KafkaConfig::for_brokers(broker.bootstrap())
     };

@@ -43,7 +43,7 @@ fn sample(i: usize, topic: &str) -> Message {
 async fn every_record_arrives_with_its_key_timestamp_headers_and_payload() {
     let broker = shared_broker();
     let sink = KafkaSink::new(KafkaConfig {
-        topic_template: Some("${topic}".into()),
+        topic_template: Some("$TOPIC".into()),
         dynamic_topics: true,
         topic_strip_prefix: "logs.".into(),
         topic_separator: "_".into(),
