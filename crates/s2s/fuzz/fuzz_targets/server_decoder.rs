@@ -8,7 +8,7 @@ use bytes::{Buf, BytesMut};
 use libfuzzer_sys::fuzz_target;
 use tidegate_s2s::codec::{
     decode_handshake, decode_magic, decode_request, decode_resource_offer, decode_response,
-    split_packet, PacketLimits,
+    PacketDecoder, PacketLimits,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -36,6 +36,7 @@ fuzz_target!(|data: &[u8]| {
     step!(decode_resource_offer);
     step!(decode_handshake);
     let mut crc = crc32fast::Hasher::new();
+    let mut packets = PacketDecoder::new(gzip, limits);
     for i in 0..64 {
         if buf.is_empty() {
             return;
@@ -43,7 +44,7 @@ fuzz_target!(|data: &[u8]| {
         let c = choices[i % 3] >> (2 * (i / 3 % 4));
         match c % 3 {
             0 => step!(decode_request),
-            1 => match split_packet(&mut buf, gzip, &limits, &mut crc) {
+            1 => match packets.decode(&mut buf, &mut crc) {
                 Ok(Some(_)) => {}
                 _ => return,
             },

@@ -4,10 +4,13 @@
 //! that are whole off the front of the caller's buffer and remembers which
 //! field comes next, so no byte is decoded twice however thinly the packet
 //! trickles in: a 16 MiB FlowFile read in 1 KiB pieces costs what it costs
-//! in one piece. A field that has not fully arrived stays in the caller's
-//! buffer; content stays there too until it is whole and then leaves as one
-//! `Bytes` without a copy. So memory grows with what actually arrived, never
-//! with what a length field announces.
+//! in one piece. Header fields (lengths, attribute names and values) are
+//! taken once whole; until then they stay in the caller's buffer. Content is
+//! taken as it arrives: moved into the decoder's own buffer, which grows
+//! with what actually arrived, never with what the length field announces —
+//! or, when all of it is already in the caller's buffer, split off it
+//! without a copy. Taking content as it arrives keeps the caller's read
+//! buffer small and lets a reader see progress on a long upload.
 //!
 //! Not here: sockets and transactions (`frame_io`, `server`, `http`).
 
@@ -61,12 +64,13 @@ impl PacketDecoder {
         }
     }
 
-    /// Takes every whole field it can off the front of `buf` and returns the
-    /// packet once it is complete, with its uncompressed size; `Ok(None)`
-    /// means "more bytes needed" and leaves only an unfinished field in
-    /// `buf`. Bytes after a complete packet are left alone (in RAW they are
-    /// the next response code). An error means the stream can never be
-    /// valid; the decoder must not be used after one.
+    /// Takes every whole field it can, and whatever content has arrived, off
+    /// the front of `buf` and returns the packet once it is complete, with
+    /// its uncompressed size. `Ok(None)` means "more bytes needed" and leaves
+    /// in `buf` only the start of a header field (or of a compressed chunk)
+    /// not yet whole. Bytes after a complete packet are left alone (in RAW
+    /// they are the next response code). An error means the stream can never
+    /// be valid; the decoder must not be used after one.
     pub fn decode(
         &mut self,
         buf: &mut BytesMut,
@@ -83,9 +87,9 @@ impl PacketDecoder {
         self.packet.is_idle() && self.chunks.as_ref().is_none_or(ChunkDecoder::is_idle)
     }
 
-    /// Bytes of the packet in progress the decoder holds itself (decoded
-    /// attributes; inflated bytes when compressed). Unfinished fields of the
-    /// input stay in the caller's buffer and are not counted here.
+    /// Bytes of the packet in progress the decoder holds itself (attributes
+    /// and content taken so far; inflated bytes not yet taken, when
+    /// compressed). What is still in the caller's buffer is not counted.
     pub fn held_bytes(&self) -> usize {
         self.packet.held_bytes() + self.chunks.as_ref().map_or(0, ChunkDecoder::held_bytes)
     }
@@ -137,9 +141,8 @@ pub(crate) struct PlainDecoder {
     attribute_bytes: u64,
     /// Bytes of the packet taken off the input so far.
     taken: u64,
-    /// Content bytes at the front of the input already fed to the CRC (the
-    /// content stays in the input until it is whole).
-    hashed: usize,
+    /// Content taken so far, while it arrives in pieces.
+    content: BytesMut,
 }
 
 impl PlainDecoder {
@@ -152,7 +155,7 @@ impl PlainDecoder {
             attributes_left: 0,
             attribute_bytes: 0,
             taken: 0,
-            hashed: 0,
+            content: BytesMut::new(),
         }
     }
 
@@ -234,30 +237,22 @@ impl PlainDecoder {
                     self.field = Field::Content(len);
                 }
                 Field::Content(len) => {
-                    // Hash what arrived since the last call while it is
-                    // still in cache; the content itself waits in `buf`.
-                    let here = buf.len().min(len);
-                    crc.update(&buf[self.hashed..here]);
-                    self.hashed = here;
-                    if here < len {
-                        return Ok(None);
-                    }
-                    let content = if len < COPY_BELOW {
-                        let c = Bytes::copy_from_slice(&buf[..len]);
-                        buf.advance(len);
-                        c
+                    let content = if self.content.is_empty() && buf.len() >= len {
+                        crc.update(&buf[..len]);
+                        self.taken += len as u64;
+                        split_content(buf, len)
                     } else {
-                        let c = buf.split_to(len).freeze();
-                        // What is left of `buf` is now the tail of the
-                        // content's allocation: a small remainder moves to a
-                        // buffer of its own, so that allocation is freed
-                        // with the content, not kept alive by the reader.
-                        if buf.len() <= COPY_BELOW {
-                            *buf = BytesMut::from(&buf[..]);
+                        let part = (len - self.content.len()).min(buf.len());
+                        crc.update(&buf[..part]);
+                        self.content.extend_from_slice(&buf[..part]);
+                        buf.advance(part);
+                        self.taken += part as u64;
+                        if self.content.len() < len {
+                            return Ok(None);
                         }
-                        c
+                        std::mem::take(&mut self.content).freeze()
                     };
-                    let size = (self.taken + len as u64) as usize;
+                    let size = self.taken as usize;
                     let packet = DataPacket {
                         attributes: std::mem::take(&mut self.attributes),
                         content,
@@ -286,7 +281,8 @@ impl PlainDecoder {
         self.field == Field::Count && self.taken == 0
     }
 
-    /// The decoded header bytes now living in attribute strings.
+    /// The bytes taken so far, now living in attribute strings and the
+    /// partial content.
     pub(crate) fn held_bytes(&self) -> usize {
         self.taken as usize
     }
@@ -299,9 +295,27 @@ impl PlainDecoder {
         match self.field {
             Field::Count | Field::Length => 4,
             Field::ContentLength => 8,
-            Field::Text(len) | Field::Content(len) => len,
+            Field::Text(len) => len,
+            Field::Content(len) => len - self.content.len(),
         }
     }
+}
+
+/// Takes `len` content bytes, all present, off the front of `buf`.
+fn split_content(buf: &mut BytesMut, len: usize) -> Bytes {
+    if len < COPY_BELOW {
+        let c = Bytes::copy_from_slice(&buf[..len]);
+        buf.advance(len);
+        return c;
+    }
+    let c = buf.split_to(len).freeze();
+    // What is left of `buf` is now the tail of the content's allocation: a
+    // small remainder moves to a buffer of its own, so that allocation is
+    // freed with the content, not kept alive by the reader.
+    if buf.len() <= COPY_BELOW {
+        *buf = BytesMut::from(&buf[..]);
+    }
+    c
 }
 
 #[cfg(test)]
