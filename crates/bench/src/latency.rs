@@ -42,14 +42,15 @@ impl LatencyRecorder {
         self.hist.len()
     }
 
-    /// The percentile summary in microseconds.
-    pub fn summary_us(&self) -> LatencySummary {
+    /// The percentile summary in microseconds, or `None` when nothing was
+    /// recorded (a report never shows a latency of 0 for "not measured").
+    pub fn summary_us(&self) -> Option<LatencySummary> {
         let h = &self.hist;
         let us = |ns: u64| ns as f64 / 1000.0;
         if h.is_empty() {
-            return LatencySummary::default();
+            return None;
         }
-        LatencySummary {
+        Some(LatencySummary {
             mean: h.mean() / 1000.0,
             p50: us(h.value_at_quantile(0.50)),
             p90: us(h.value_at_quantile(0.90)),
@@ -58,7 +59,7 @@ impl LatencyRecorder {
             p9999: us(h.value_at_quantile(0.9999)),
             p99999: us(h.value_at_quantile(0.99999)),
             max: us(h.max()),
-        }
+        })
     }
 }
 
@@ -109,10 +110,15 @@ mod tests {
         for i in 1..=1000u64 {
             r.record_ns(i * 1000);
         }
-        let s = r.summary_us();
+        let s = r.summary_us().unwrap();
         assert!((s.p50 - 500.0).abs() < 1.0, "{s:?}");
         assert!((s.p99 - 990.0).abs() < 1.0, "{s:?}");
         assert!((s.max - 1000.0).abs() < 1.0, "{s:?}");
         assert_eq!(r.count(), 1000);
+    }
+
+    #[test]
+    fn an_empty_recorder_has_no_summary_rather_than_zeros() {
+        assert_eq!(LatencyRecorder::default().summary_us(), None);
     }
 }

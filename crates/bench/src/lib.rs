@@ -21,7 +21,7 @@ pub mod target;
 pub use latency::{LatencyRecorder, LatencySummary};
 pub use pacer::Schedule;
 pub use progress::Progress;
-pub use report::Report;
+pub use report::{Report, Window};
 pub use sampler::{ProcessStats, Sampler};
 pub use scenarios::Scenario;
 pub use server::{ServerAddrs, ServerUnderTest};

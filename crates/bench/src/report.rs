@@ -8,25 +8,66 @@ use serde::Serialize;
 use crate::latency::LatencySummary;
 use crate::sampler::ProcessStats;
 
+/// What was counted inside a scenario's measured window — the one place every
+/// scenario's three rates come from, so `rate` means the same everywhere.
+///
+/// Each scenario says what its window is (after the warm-up, the span of its
+/// schedule) and what one event is; the rates are the counts divided by the
+/// window's length.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Window {
+    /// Length of the measured window, seconds.
+    pub seconds: f64,
+    /// Events the schedule made due within the window (`None` when the load
+    /// is not paced, e.g. `--rate 0`).
+    pub due: Option<u64>,
+    /// Events written to the server within the window.
+    pub sent: u64,
+    /// Events delivered within the window (accepted, acknowledged or
+    /// answered by the server — each scenario says which).
+    pub delivered: u64,
+}
+
+impl Window {
+    fn per_second(&self, n: u64) -> f64 {
+        if self.seconds > 0.0 {
+            n as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+}
+
 /// The common result object; `--json` prints exactly one on stdout.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
-    /// Scenario name (`echo`, `forward`, `s2s`).
+    /// Scenario name (`echo`, `forward`, `s2s`, `conns`).
     pub scenario: String,
     /// The parameters the run used, by their command-line names.
     pub params: serde_json::Value,
-    /// Messages (or records, transactions) sent.
+    /// What one event is (`message`, `record`, `transaction`, `connection`).
+    pub unit: String,
+    /// Events sent over the whole run (warm-up included).
     pub sent: u64,
-    /// Messages (or acknowledgements, responses) received.
+    /// Events answered over the whole run (replies, acknowledgements,
+    /// completed transactions, opened connections).
     pub received: u64,
     /// Errors by kind.
     pub errors: BTreeMap<String, u64>,
-    /// Length of the measured part of the run, seconds.
+    /// The counts of the measured window the three rates come from.
+    pub window: Window,
+    /// Length of the measured window, seconds (`window.seconds`).
     pub duration_s: f64,
-    /// Achieved rate per second over the measured part.
+    /// Offered rate: events the schedule made due per second over the
+    /// measured window (`null` when the load is not paced).
+    pub offered_rate: Option<f64>,
+    /// Sent rate: events written per second over the measured window.
+    pub sent_rate: f64,
+    /// The rate: events delivered per second over the measured window.
     pub rate: f64,
-    /// Latency percentiles, microseconds.
-    pub latency_us: LatencySummary,
+    /// Latency percentiles, microseconds; `null` when nothing was measured
+    /// (never a latency of 0).
+    pub latency_us: Option<LatencySummary>,
     /// The server's CPU and memory (zero when driving an external `--target`).
     pub server: ProcessStats,
     /// The load generator's own CPU and memory.
@@ -34,24 +75,42 @@ pub struct Report {
     /// Scenario-specific figures (per-phase timings, per-rate rows, …).
     #[serde(skip_serializing_if = "serde_json::Value::is_null")]
     pub extra: serde_json::Value,
+    /// The scenario measures latency: a run that recorded none failed.
+    #[serde(skip)]
+    pub latency_expected: bool,
 }
 
 impl Report {
-    /// An empty report for `scenario` with its parameters.
-    pub fn new(scenario: &str, params: serde_json::Value) -> Self {
+    /// An empty report for `scenario` with its parameters; `unit` names
+    /// what one event is.
+    pub fn new(scenario: &str, unit: &str, params: serde_json::Value) -> Self {
         Report {
             scenario: scenario.to_owned(),
             params,
+            unit: unit.to_owned(),
             sent: 0,
             received: 0,
             errors: BTreeMap::new(),
+            window: Window::default(),
             duration_s: 0.0,
+            offered_rate: None,
+            sent_rate: 0.0,
             rate: 0.0,
-            latency_us: LatencySummary::default(),
+            latency_us: None,
             server: ProcessStats::default(),
             client: ProcessStats::default(),
             extra: serde_json::Value::Null,
+            latency_expected: false,
         }
+    }
+
+    /// Sets the measured window and the three rates derived from it.
+    pub fn set_window(&mut self, w: Window) {
+        self.window = w;
+        self.duration_s = w.seconds;
+        self.offered_rate = w.due.map(|d| w.per_second(d));
+        self.sent_rate = w.per_second(w.sent);
+        self.rate = w.per_second(w.delivered);
     }
 
     /// Adds `n` errors of `kind`.
@@ -66,17 +125,42 @@ impl Report {
         self.errors.values().sum()
     }
 
+    /// Why this run measured nothing, if it did not: no event delivered in
+    /// the window, or no latency where the scenario measures one.
+    pub fn measured_nothing(&self) -> Option<String> {
+        let unit = &self.unit;
+        if self.window.seconds <= 0.0 {
+            return Some("the measured window is empty".into());
+        }
+        if self.window.delivered == 0 {
+            return Some(format!(
+                "no {unit} was delivered within the {:.2} s measured window ({} sent)",
+                self.window.seconds, self.window.sent
+            ));
+        }
+        if self.latency_expected && self.latency_us.is_none() {
+            return Some(format!("no {unit} latency was recorded"));
+        }
+        None
+    }
+
     /// The JSON object on one line.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("report serialises")
     }
 
-    /// The lines common to every human report: rate, errors, server and
-    /// client resources.
+    /// The lines common to every human report: the window's three rates,
+    /// errors, server and client resources.
     pub fn summary_lines(&self) -> String {
+        let unit = &self.unit;
+        let offered = match self.offered_rate {
+            Some(r) => format!("{r:.0} {unit}/s"),
+            None => "unpaced".into(),
+        };
         let mut s = format!(
-            "sent {}  received {}  duration {:.2} s  rate {:.0}/s\n",
-            self.sent, self.received, self.duration_s, self.rate
+            "sent {}  received {}  (whole run)\n\
+             measured window {:.2} s: offered rate {offered}  sent rate {:.0} {unit}/s  rate (delivered) {:.0} {unit}/s\n",
+            self.sent, self.received, self.duration_s, self.sent_rate, self.rate
         );
         if self.errors.is_empty() {
             s.push_str("errors: none\n");
@@ -100,13 +184,18 @@ impl Report {
     }
 
     /// Prints the JSON object when `json` is set, else `human` followed by the
-    /// summary lines.
-    pub fn emit(&self, json: bool, human: &str) {
+    /// summary lines; then fails (a non-zero exit) if the run measured
+    /// nothing, saying why.
+    pub fn emit(&self, json: bool, human: &str) -> anyhow::Result<()> {
         if json {
             println!("{}", self.to_json());
         } else {
             print!("{human}");
             print!("{}", self.summary_lines());
+        }
+        match self.measured_nothing() {
+            Some(why) => anyhow::bail!("{} measured nothing: {why}", self.scenario),
+            None => Ok(()),
         }
     }
 }
@@ -131,12 +220,16 @@ pub fn one_way_round_trip_table(rtt: &LatencySummary) -> String {
     s
 }
 
-/// A generic percentile table (p50 … max) for scenarios without a seed table.
-pub fn percentile_table(title: &str, l: &LatencySummary) -> String {
-    format!(
-        "{title} (µs): mean {:.1}  p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  p99.99 {:.1}  max {:.1}\n",
-        l.mean, l.p50, l.p90, l.p99, l.p999, l.p9999, l.max
-    )
+/// A generic percentile table (p50 … max) for scenarios without a seed
+/// table; says so when nothing was measured.
+pub fn percentile_table(title: &str, l: Option<&LatencySummary>) -> String {
+    match l {
+        Some(l) => format!(
+            "{title} (µs): mean {:.1}  p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  p99.99 {:.1}  max {:.1}\n",
+            l.mean, l.p50, l.p90, l.p99, l.p999, l.p9999, l.max
+        ),
+        None => format!("{title}: nothing measured\n"),
+    }
 }
 
 #[cfg(test)]
@@ -145,16 +238,21 @@ mod tests {
 
     #[test]
     fn json_has_the_common_keys() {
-        let mut r = Report::new("echo", serde_json::json!({"rate": 1}));
+        let mut r = Report::new("echo", "message", serde_json::json!({"rate": 1}));
         r.error("timeout", 2);
+        r.latency_us = Some(LatencySummary::default());
         let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
         for k in [
             "scenario",
             "params",
+            "unit",
             "sent",
             "received",
             "errors",
+            "window",
             "duration_s",
+            "offered_rate",
+            "sent_rate",
             "rate",
             "latency_us",
             "server",
@@ -169,6 +267,56 @@ mod tests {
         assert!(v["server"].get("cpu_pct_avg").is_some());
         assert!(v["server"].get("rss_kb_max").is_some());
         assert_eq!(v["errors"]["timeout"], 2);
+    }
+
+    #[test]
+    fn the_three_rates_are_counts_of_one_window() {
+        let mut r = Report::new("forward", "record", serde_json::Value::Null);
+        r.set_window(Window {
+            seconds: 2.0,
+            due: Some(1000),
+            sent: 900,
+            delivered: 800,
+        });
+        assert_eq!(r.offered_rate, Some(500.0));
+        assert_eq!(r.sent_rate, 450.0);
+        assert_eq!(r.rate, 400.0);
+        assert_eq!(r.duration_s, 2.0);
+        let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(v["offered_rate"], 500.0);
+        assert_eq!(v["window"]["delivered"], 800);
+        let human = r.summary_lines();
+        assert!(human.contains("offered rate 500 record/s"), "{human}");
+        assert!(human.contains("sent rate 450 record/s"), "{human}");
+        assert!(human.contains("rate (delivered) 400 record/s"), "{human}");
+    }
+
+    #[test]
+    fn a_run_that_delivered_nothing_or_recorded_no_latency_fails() {
+        let mut r = Report::new("echo", "message", serde_json::Value::Null);
+        r.latency_expected = true;
+        r.set_window(Window {
+            seconds: 1.0,
+            due: Some(10),
+            sent: 10,
+            delivered: 0,
+        });
+        assert!(r
+            .measured_nothing()
+            .unwrap()
+            .contains("no message was delivered"));
+        r.set_window(Window {
+            seconds: 1.0,
+            due: Some(10),
+            sent: 10,
+            delivered: 10,
+        });
+        assert!(r.measured_nothing().unwrap().contains("latency"));
+        let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert!(v["latency_us"].is_null(), "{v}");
+        r.latency_us = Some(LatencySummary::default());
+        assert_eq!(r.measured_nothing(), None);
+        assert!(r.emit(true, "").is_ok());
     }
 
     #[test]

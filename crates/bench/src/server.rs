@@ -44,8 +44,15 @@ impl ServerUnderTest {
     /// Starts `tidegate serve` with every listener on a free port plus
     /// `extra_toml` (routes, sinks, protocol options — sections other than the
     /// listeners' `listen` keys), waits until its listeners accept, and starts
-    /// sampling it.
+    /// sampling it. Its log level is `RUST_LOG`, else `warn`.
     pub fn spawn(extra_toml: &str) -> anyhow::Result<Self> {
+        Self::spawn_with_log(extra_toml, "warn")
+    }
+
+    /// Like [`ServerUnderTest::spawn`], logging at `default_log` unless
+    /// `RUST_LOG` says otherwise (a scenario that makes the server close
+    /// thousands of connections asks for `error`, so stderr stays readable).
+    pub fn spawn_with_log(extra_toml: &str, default_log: &str) -> anyhow::Result<Self> {
         // Hold every probe socket until all five ports are chosen: released
         // one at a time, the kernel may hand the same port out twice.
         let probes = (0..5)
@@ -82,7 +89,7 @@ impl ServerUnderTest {
             .arg(&path)
             .env(
                 "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+                std::env::var("RUST_LOG").unwrap_or_else(|_| default_log.into()),
             )
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -9,6 +9,13 @@
 //! HdrHistogram once the first `--warmup` replies have been skipped. The
 //! report is the seed's table ("~one way" = RTT / 2, and round trip) plus the
 //! common JSON object.
+//!
+//! The measured window is the schedule's span after the warm-up: from the due
+//! time of the first message whose reply is measured to one interval after
+//! the last message. Within it, the offered rate counts messages due, the
+//! sent rate messages written, and the rate messages delivered — the server
+//! handles one connection's frames in order, so a reply to message `n`
+//! received inside the window confirms every message up to `n`.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -23,7 +30,7 @@ use tidegate_wire::{Echo, Frame};
 
 use crate::latency::LatencyRecorder;
 use crate::report::one_way_round_trip_table;
-use crate::{CommonArgs, Progress, Report, Sampler, Schedule, Target};
+use crate::{CommonArgs, Progress, Report, Sampler, Schedule, Target, Window};
 
 /// How long the receiver waits for missing replies after the last send.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -89,6 +96,7 @@ pub async fn run(args: &EchoArgs) -> anyhow::Result<()> {
 
     let mut report = Report::new(
         "echo",
+        "message",
         serde_json::json!({
             "rate": args.rate,
             "messages": args.messages,
@@ -101,13 +109,13 @@ pub async fn run(args: &EchoArgs) -> anyhow::Result<()> {
     );
     report.sent = outcome.sent;
     report.received = outcome.replies;
+    report.set_window(outcome.window);
+    report.latency_expected = true;
     report.error(
         "missing_replies",
         outcome.expected_replies.saturating_sub(outcome.replies),
     );
     report.error("server_error", outcome.server_errors);
-    report.duration_s = outcome.send_duration.as_secs_f64();
-    report.rate = outcome.sent as f64 / outcome.send_duration.as_secs_f64().max(1e-9);
     report.latency_us = outcome.rtt.summary_us();
     report.server = server;
     report.client = client;
@@ -115,14 +123,15 @@ pub async fn run(args: &EchoArgs) -> anyhow::Result<()> {
         "measurements": outcome.rtt.count(),
         "expected_replies": outcome.expected_replies,
         "measured_span_ms": outcome.measured_span.as_secs_f64() * 1000.0,
+        "send_duration_s": outcome.send_duration.as_secs_f64(),
         "max_send_lag_us": outcome.max_send_lag.as_secs_f64() * 1e6,
-        "one_way_us": report.latency_us.halved(),
+        "one_way_us": report.latency_us.map(|l| l.halved()),
         "anchor": anchor.as_ref().map(|a| serde_json::json!({
             "name": "sockperf under-load vs sockperf server",
-            "rate": a.rate,
+            "sent_rate": a.sent_rate,
             "one_way_us": a.one_way_us,
-            "rate_ratio": report.rate / a.rate.max(1e-9),
-            "mean_ratio": report.latency_us.halved().mean / a.one_way_us.mean.max(1e-9),
+            "sent_rate_ratio": report.sent_rate / a.sent_rate.max(1e-9),
+            "mean_ratio": report.latency_us.map(|l| l.halved().mean / a.one_way_us.mean.max(1e-9)),
         })),
     });
 
@@ -130,7 +139,8 @@ pub async fn run(args: &EchoArgs) -> anyhow::Result<()> {
         "Scenario: target {addr}, sendingRatePerSecond {}, skippedWarmUpResponses {}, messagesSent {}, {} expected responses with a response rate 1 for {}, extra data {} bytes\n\n\
          Based on {} measurements.\n\
          It took {} ms between the first measured message sent and the last received\n\
-         Sender: achieved {:.0} msg/s ({:.1}% of the asked rate), worst lag behind schedule {:.0} µs\n\n{}",
+         Measured window {:.3} s: offered rate {:.0} msg/s, sent rate {:.0} msg/s ({:.1}% of offered), \
+         rate {:.0} msg/s delivered (confirmed by replies); worst sender lag behind schedule {:.0} µs\n\n{}",
         args.rate,
         args.warmup,
         args.messages,
@@ -139,17 +149,22 @@ pub async fn run(args: &EchoArgs) -> anyhow::Result<()> {
         args.extra_bytes,
         outcome.rtt.count(),
         outcome.measured_span.as_millis(),
+        report.duration_s,
+        report.offered_rate.unwrap_or(0.0),
+        report.sent_rate,
+        100.0 * report.sent_rate / report.offered_rate.unwrap_or(0.0).max(1e-9),
         report.rate,
-        100.0 * report.rate / args.rate as f64,
         outcome.max_send_lag.as_secs_f64() * 1e6,
-        one_way_round_trip_table(&report.latency_us),
+        match &report.latency_us {
+            Some(l) => one_way_round_trip_table(l),
+            None => "Results: no reply was measured\n".to_owned(),
+        },
     );
     let human = match &anchor {
         Some(a) => format!("{human}\n{}", anchor::comparison(&report, a)),
         None => human,
     };
-    report.emit(args.common.json, &human);
-    Ok(())
+    report.emit(args.common.json, &human)
 }
 
 /// What one run measured.
@@ -164,6 +179,35 @@ struct Outcome {
     measured_span: Duration,
     max_send_lag: Duration,
     rtt: LatencyRecorder,
+    /// Counts of the measured window.
+    window: Window,
+}
+
+/// The measured window of a run, in offsets from the start of the schedule
+/// and in message sequence numbers.
+#[derive(Debug, Clone, Copy)]
+struct EchoWindow {
+    /// First measured message: the first whose reply is not a warm-up reply.
+    first: u64,
+    /// Due time of `first`.
+    from: Duration,
+    /// One interval after the last message's due time.
+    to: Duration,
+}
+
+impl EchoWindow {
+    fn of(args: &EchoArgs) -> Self {
+        let first = args
+            .warmup
+            .saturating_mul(args.respond_every)
+            .min(args.messages);
+        let at = |n: u64| Duration::from_secs_f64(n as f64 / args.rate as f64);
+        EchoWindow {
+            first,
+            from: at(first),
+            to: at(args.messages),
+        }
+    }
 }
 
 /// Connects and runs the sender and receiver threads to completion.
@@ -175,47 +219,79 @@ fn drive(addr: SocketAddr, args: &EchoArgs) -> anyhow::Result<Outcome> {
     let sender_done = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
     let expected_replies = args.messages.div_ceil(args.respond_every);
+    let window = EchoWindow::of(args);
 
     let receiver = std::thread::Builder::new()
         .name("echo-receiver".into())
         .spawn({
             let (progress, done) = (progress.clone(), sender_done.clone());
             let warmup = args.warmup;
-            move || receive(reader, start, warmup, expected_replies, &progress, &done)
+            move || {
+                receive(
+                    reader,
+                    start,
+                    warmup,
+                    expected_replies,
+                    window.to,
+                    &progress,
+                    &done,
+                )
+            }
         })?;
-    let sent = send(stream, start, args, &progress);
+    let sent = send(stream, start, args, window.to, &progress);
     sender_done.store(true, Ordering::Release);
     let received = receiver
         .join()
         .map_err(|_| anyhow::anyhow!("receiver thread panicked"))?;
     progress.finish();
-    let (sent, send_duration, max_send_lag) = sent?;
+    let sent = sent?;
     let r = received?;
+    let counts = Window {
+        seconds: (window.to - window.from).as_secs_f64(),
+        due: Some(args.messages - window.first),
+        sent: sent.sent_in_window.saturating_sub(window.first),
+        delivered: r.confirmed_in_window.saturating_sub(window.first),
+    };
     Ok(Outcome {
-        sent,
+        sent: sent.sent,
         expected_replies,
         replies: r.replies,
         server_errors: r.server_errors,
-        send_duration,
+        send_duration: sent.duration,
         measured_span: r.measured_span,
-        max_send_lag,
+        max_send_lag: sent.max_lag,
         rtt: r.rtt,
+        window: counts,
     })
 }
 
-/// Writes every message when due; returns (sent, duration, worst lag).
+/// What the sender did.
+struct Sent {
+    /// Messages written in all.
+    sent: u64,
+    /// Messages written by the end of the measured window.
+    sent_in_window: u64,
+    /// From the start to the last write.
+    duration: Duration,
+    /// Worst lag of a write behind its schedule.
+    max_lag: Duration,
+}
+
+/// Writes every message when due.
 fn send(
     mut s: TcpStream,
     start: Instant,
     args: &EchoArgs,
+    window_end: Duration,
     progress: &Progress,
-) -> anyhow::Result<(u64, Duration, Duration)> {
+) -> anyhow::Result<Sent> {
     let schedule = Schedule::new(start, args.rate as f64);
     let interval_ns = 1e9 / args.rate as f64;
     let extra = vec![0u8; args.extra_bytes];
     let tick = Duration::from_micros(args.tick_us);
     let mut buf = BytesMut::with_capacity(MAX_WRITE + 1024);
     let mut n = 0u64;
+    let mut sent_in_window = 0u64;
     let mut max_lag = Duration::ZERO;
     while n < args.messages {
         let now = Instant::now();
@@ -234,6 +310,12 @@ fn send(
                 encode_echo(options, send_time_ns, n as i64, &extra, &mut buf)?;
                 n += 1;
             }
+            // A write that starts inside the window counts in it (so a
+            // reply received inside the window is never for a message
+            // counted as sent after it).
+            if start.elapsed() <= window_end {
+                sent_in_window = n;
+            }
             s.write_all(&buf).context("sending echo frames")?;
             buf.clear();
         }
@@ -242,12 +324,20 @@ fn send(
             std::thread::sleep(tick);
         }
     }
-    Ok((n, start.elapsed(), max_lag))
+    Ok(Sent {
+        sent: n,
+        sent_in_window,
+        duration: start.elapsed(),
+        max_lag,
+    })
 }
 
 /// What the receiver saw.
 struct Received {
     replies: u64,
+    /// Messages confirmed by replies received by the end of the window (the
+    /// highest echoed sequence number plus one).
+    confirmed_in_window: u64,
     server_errors: u64,
     measured_span: Duration,
     rtt: LatencyRecorder,
@@ -260,6 +350,7 @@ fn receive(
     start: Instant,
     warmup: u64,
     expected: u64,
+    window_end: Duration,
     progress: &Progress,
     sender_done: &AtomicBool,
 ) -> anyhow::Result<Received> {
@@ -268,6 +359,7 @@ fn receive(
     let mut chunk = vec![0u8; 64 * 1024];
     let mut rtt = LatencyRecorder::default();
     let (mut replies, mut server_errors) = (0u64, 0u64);
+    let mut confirmed_in_window = 0u64;
     let mut first_measured: Option<i64> = None;
     let mut last_receive = Duration::ZERO;
     let mut done_at: Option<Instant> = None;
@@ -299,6 +391,10 @@ fn receive(
             match frame {
                 Frame::Echo(e) => {
                     replies += 1;
+                    if now <= window_end {
+                        confirmed_in_window =
+                            confirmed_in_window.max(e.correlation_id.max(-1) as u64 + 1);
+                    }
                     if replies > warmup {
                         let rtt_ns = now.as_nanos() as i64 - e.send_time_ns;
                         rtt.record_ns(rtt_ns.max(1) as u64);
@@ -320,6 +416,7 @@ fn receive(
         .unwrap_or_default();
     Ok(Received {
         replies,
+        confirmed_in_window,
         server_errors,
         measured_span,
         rtt,
@@ -342,8 +439,9 @@ mod anchor {
 
     /// What stock sockperf reported (sockperf's latency is one-way: RTT / 2).
     pub(super) struct AnchorResult {
-        /// Messages sent per second over sockperf's valid duration.
-        pub(super) rate: f64,
+        /// Messages sent per second over sockperf's valid duration (its sent
+        /// rate; sockperf does not report deliveries).
+        pub(super) sent_rate: f64,
         /// One-way latency, µs.
         pub(super) one_way_us: LatencySummary,
     }
@@ -428,7 +526,7 @@ mod anchor {
         let max = text.lines().find(|l| l.contains("<MAX> observation"))?;
         let avg = text.lines().find(|l| l.contains("avg-latency="))?;
         Some(AnchorResult {
-            rate: sent / runtime.max(1e-9),
+            sent_rate: sent / runtime.max(1e-9),
             one_way_us: LatencySummary {
                 mean: field(avg, "avg-latency=")?,
                 p50: pct("50.000")?,
@@ -444,10 +542,12 @@ mod anchor {
 
     /// Tidegate next to the anchor, one-way µs, with ratios.
     pub(super) fn comparison(report: &Report, a: &AnchorResult) -> String {
-        let t = report.latency_us.halved();
+        let Some(t) = report.latency_us.map(|l| l.halved()) else {
+            return "Anchor (same run): not compared, Tidegate measured no reply\n".into();
+        };
         let s = &a.one_way_us;
         let rows = [
-            ("rate (msg/s)", report.rate, a.rate),
+            ("sent rate (msg/s)", report.sent_rate, a.sent_rate),
             ("mean", t.mean, s.mean),
             ("50th percentile", t.p50, s.p50),
             ("99th percentile", t.p99, s.p99),
@@ -484,7 +584,7 @@ mod anchor {
                 sockperf: ---> percentile 90.000 = 4277.799\n\
                 sockperf: ---> percentile 50.000 =  784.398\n";
             let a = super::parse(text).unwrap();
-            assert!((a.rate - 768601.0 / 3.547).abs() < 1.0);
+            assert!((a.sent_rate - 768601.0 / 3.547).abs() < 1.0);
             assert_eq!(a.one_way_us.p50, 784.398);
             assert_eq!(a.one_way_us.max, 32216.264);
             assert_eq!(a.one_way_us.mean, 1905.342);
@@ -496,16 +596,16 @@ mod anchor {
 mod tests {
     use super::*;
     use tidegate_hub::Hub;
-    use tidegate_wire::{CancellationToken, WireConfig, WireServer};
+    use tidegate_wire::{CancellationToken, ListenerConfig, WireConfig, WireServer};
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_driver_gets_every_asked_reply_from_an_in_process_server() {
         let config = WireConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
+            listener: ListenerConfig::on("127.0.0.1:0".parse().unwrap()),
             ..Default::default()
         };
-        let server = WireServer::bind(config).await.unwrap();
-        let addr = server.local_addr().unwrap();
+        let server = WireServer::bind(config).unwrap();
+        let addr = server.local_addr();
         let stop = CancellationToken::new();
         tokio::spawn(server.run(Hub::default(), stop.clone()));
         let args = EchoArgs {
@@ -531,5 +631,15 @@ mod tests {
         assert_eq!(o.replies, 400);
         assert_eq!(o.rtt.count(), 300);
         assert_eq!(o.server_errors, 0);
+        // 100 warm-up replies cover messages 0..1000; the window is the
+        // 3,000 messages after them, 0.15 s at 20,000/s.
+        assert_eq!(o.window.due, Some(3_000));
+        assert!((o.window.seconds - 0.15).abs() < 1e-9, "{:?}", o.window);
+        assert!(
+            o.window.sent <= 3_000 && o.window.sent > 0,
+            "{:?}",
+            o.window
+        );
+        assert!(o.window.delivered <= o.window.sent, "{:?}", o.window);
     }
 }

@@ -10,14 +10,26 @@
 //! least every `--flush-interval-ms` (Fluentd's buffer flushes on time too).
 //! `--rate 0` sends as fast as the window of unacked chunks allows.
 //!
-//! Reported: records/s accepted by the hub (from the server's `/metrics`
-//! when it was spawned; acked records otherwise), ack latency percentiles,
-//! client and server CPU % and RSS. `--sweep-rate 10,100,…` runs once per
-//! rate and prints one row each, in the seed's table layout.
+//! The measured window runs from the end of the warm-up to the end of the
+//! schedule, timed by the two scrapes of the server's `/metrics` around it.
+//! Within it: the offered rate counts records due, the sent rate records
+//! written, and the rate records delivered — accepted by the hub
+//! (`tidegate_hub_published_total`) when the server was spawned, acked ones
+//! against an external `--target` (which needs `--ack`).
+//!
+//! Every ack's latency is recorded from its chunk's due time, however slow
+//! the acks are; a chunk of the measured window that is never acked (still
+//! unacked [`ACK_DRAIN_TIMEOUT`] after the schedule ended, or due but never
+//! sent because the ack window stayed full) is counted as an error and
+//! recorded with its latency up to the end of the run, so a stall cannot
+//! hide. Also reported: client and server CPU % and RSS. `--sweep-rate
+//! 10,100,…` runs once per rate and prints one row each, in the seed's table
+//! layout.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -32,10 +44,14 @@ use tokio::sync::Semaphore;
 use crate::latency::LatencyRecorder;
 use crate::pacer::{sleep_until, Schedule};
 use crate::progress::Progress;
-use crate::report::{percentile_table, Report};
+use crate::report::{percentile_table, Report, Window};
 use crate::sampler::Sampler;
 use crate::server::ServerAddrs;
 use crate::{CommonArgs, Target};
+
+/// How long a connection waits for its outstanding acks after its last
+/// chunk; chunks still unacked then are counted and recorded as late.
+pub const ACK_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Parameters of the forward scenario (names follow seed 004 where it has them).
 #[derive(Debug, Clone, clap::Args)]
@@ -91,16 +107,23 @@ pub struct ForwardArgs {
     pub server_toml: Option<String>,
 }
 
-/// One run's figures.
+/// One run's figures (one row of the sweep table).
 #[derive(Debug, Clone, Default, serde::Serialize)]
 struct RunResult {
+    /// The asked `--rate` (the seed's "rate of writing"; 0 = unpaced).
     rate: u64,
     sent_records: u64,
     acked_records: u64,
+    /// Records delivered within the window.
     accepted_records: u64,
+    /// Records due per second over the window (`None` when unpaced).
+    offered_rate: Option<f64>,
+    /// Records written per second over the window.
+    sent_rate: f64,
+    /// Records delivered per second over the window (the rate).
     accepted_per_s: f64,
     duration_s: f64,
-    latency: crate::LatencySummary,
+    latency: Option<crate::LatencySummary>,
     server: crate::ProcessStats,
     client: crate::ProcessStats,
     errors: u64,
@@ -111,12 +134,19 @@ pub async fn run(args: &ForwardArgs) -> anyhow::Result<()> {
     if args.connections == 0 || args.batch == 0 || args.window == 0 {
         bail!("--connections, --batch and --window must be at least 1");
     }
+    if args.common.target.is_some() && !args.ack {
+        bail!(
+            "--target without --ack: nothing would count the records delivered \
+             (an external server's /metrics is not known); add --ack"
+        );
+    }
     let rates = if args.sweep_rate.is_empty() {
         vec![args.rate]
     } else {
         args.sweep_rate.clone()
     };
     let mut rows = Vec::new();
+    let mut empty_runs = Vec::new();
     let mut last_report = None;
     for &rate in &rates {
         let (row, report) = run_once(args, rate).await?;
@@ -126,14 +156,21 @@ pub async fn run(args: &ForwardArgs) -> anyhow::Result<()> {
                 row.accepted_per_s, row.server.cpu_pct_avg
             );
         }
+        if let Some(why) = report.measured_nothing() {
+            empty_runs.push(format!("rate {rate}: {why}"));
+        }
         rows.push(row);
         last_report = Some(report);
     }
     let mut report = last_report.expect("at least one rate");
     if rates.len() > 1 {
-        report.extra = serde_json::json!({ "rows": rows });
+        let extra = std::mem::take(&mut report.extra);
+        report.extra = serde_json::json!({ "rows": rows, "last_run": extra });
     }
-    report.emit(args.common.json, &human_table(args, &rows));
+    report.emit(args.common.json, &human_table(args, &rows))?;
+    if !empty_runs.is_empty() {
+        bail!("forward measured nothing in {}", empty_runs.join("; "));
+    }
     Ok(())
 }
 
@@ -151,36 +188,38 @@ fn human_table(args: &ForwardArgs, rows: &[RunResult]) -> String {
             ", null route"
         },
     );
-    s.push_str("| rate of writing (lines/sec) | accepted (records/s) | server CPU (%) | server RSS (kB) | client CPU (%) | client RSS (kB) | ack p50 (ms) | ack p99 (ms) | ack max (ms) | errors |\n");
-    s.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
+    s.push_str("| rate of writing (lines/sec) | offered rate (records/s) | sent rate (records/s) | rate: accepted (records/s) | server CPU (%) | server RSS (kB) | client CPU (%) | client RSS (kB) | ack p50 (ms) | ack p99 (ms) | ack max (ms) | errors |\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in rows {
         let rate = if r.rate == 0 {
             "max".to_owned()
         } else {
             r.rate.to_string()
         };
-        let ms = |us: f64| {
-            if args.ack {
-                format!("{:.2}", us / 1000.0)
-            } else {
-                "-".into()
-            }
+        let ms = |pick: fn(&crate::LatencySummary) -> f64| match &r.latency {
+            Some(l) => format!("{:.2}", pick(l) / 1000.0),
+            None => "-".into(),
+        };
+        let offered = match r.offered_rate {
+            Some(o) => format!("{o:.0}"),
+            None => "unpaced".into(),
         };
         s.push_str(&format!(
-            "| {rate} | {:.0} | {:.1} | {} | {:.1} | {} | {} | {} | {} | {} |\n",
+            "| {rate} | {offered} | {:.0} | {:.0} | {:.1} | {} | {:.1} | {} | {} | {} | {} | {} |\n",
+            r.sent_rate,
             r.accepted_per_s,
             r.server.cpu_pct_avg,
             r.server.rss_kb_max,
             r.client.cpu_pct_avg,
             r.client.rss_kb_max,
-            ms(r.latency.p50),
-            ms(r.latency.p99),
-            ms(r.latency.max),
+            ms(|l| l.p50),
+            ms(|l| l.p99),
+            ms(|l| l.max),
             r.errors
         ));
     }
     if let (true, Some(r)) = (args.ack && rows.len() == 1, rows.first()) {
-        s.push_str(&percentile_table("ack latency", &r.latency));
+        s.push_str(&percentile_table("ack latency", r.latency.as_ref()));
     }
     s
 }
@@ -264,8 +303,35 @@ async fn run_once(args: &ForwardArgs, rate: u64) -> anyhow::Result<(RunResult, R
 struct Totals {
     sent_records: AtomicU64,
     acked_records: AtomicU64,
-    acked_in_window: AtomicU64,
     errors: AtomicU64,
+    /// Records of the measured window never acked (still in flight when the
+    /// connection ended).
+    unacked_records: AtomicU64,
+    /// Records of the measured window due but never sent (the ack window
+    /// stayed full until the schedule ended).
+    unsent_records: AtomicU64,
+}
+
+/// Snapshots of the counters that give the window's sent and delivered
+/// records.
+#[derive(Debug, Clone, Copy)]
+struct Snapshot {
+    at: Instant,
+    sent: u64,
+    acked: u64,
+    published: Option<u64>,
+}
+
+impl Snapshot {
+    async fn take(totals: &Totals, metrics: Option<SocketAddr>) -> Snapshot {
+        let published = scrape_published(metrics).await;
+        Snapshot {
+            at: Instant::now(),
+            sent: totals.sent_records.load(Ordering::Relaxed),
+            acked: totals.acked_records.load(Ordering::Relaxed),
+            published,
+        }
+    }
 }
 
 /// One connection's plan.
@@ -276,6 +342,23 @@ struct ConnPlan {
     records_per_chunk: usize,
     measure_from: Instant,
     stop_at: Instant,
+}
+
+impl ConnPlan {
+    /// Chunks due in `(from, to]` that are part of the schedule (due before
+    /// `stop_at`).
+    fn due_between(&self, from: Instant, to: Instant) -> u64 {
+        let Some(s) = &self.schedule else { return 0 };
+        let last = self.stop_at - Duration::from_nanos(1);
+        let by = |t: Instant| {
+            if t < s.start() {
+                0
+            } else {
+                s.due_by(t.min(last))
+            }
+        };
+        by(to).saturating_sub(by(from))
+    }
 }
 
 async fn drive(
@@ -312,6 +395,7 @@ async fn drive(
     let totals = Arc::new(Totals::default());
     let progress = Progress::start("forward");
     let mut tasks = Vec::new();
+    let mut plans = Vec::new();
     for (id, c) in clients.into_iter().enumerate() {
         // Stagger connections evenly within one chunk interval.
         let schedule = (rate > 0).then(|| {
@@ -326,6 +410,7 @@ async fn drive(
             measure_from,
             stop_at,
         };
+        plans.push(plan.clone());
         tasks.push(tokio::spawn(run_connection(
             c,
             plan,
@@ -338,48 +423,43 @@ async fn drive(
         )));
     }
     sleep_until(measure_from).await;
-    let published_before = scrape_published(metrics_addr).await;
-    let scraped_from = Instant::now();
+    let before = Snapshot::take(&totals, metrics_addr).await;
     sleep_until(stop_at).await;
-    let published_after = scrape_published(metrics_addr).await;
-    let scraped_to = Instant::now();
+    let after = Snapshot::take(&totals, metrics_addr).await;
     let mut latency = LatencyRecorder::default();
     for t in tasks {
-        match t.await {
-            Ok(Ok(l)) => latency.merge(&l),
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "forward bench connection failed");
-                totals.errors.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => bail!("connection task panicked: {e}"),
+        let outcome = t.await.context("connection task panicked")?;
+        latency.merge(&outcome.latency);
+        if let Some(e) = outcome.error {
+            tracing::warn!(error = %e, "forward bench connection failed");
+            totals.errors.fetch_add(1, Ordering::Relaxed);
         }
     }
     progress.finish();
-    // Server-side count between the two scrapes (timed by the scrapes
-    // themselves), else records acked inside the measured window.
-    let (accepted, measured) = match (published_before, published_after) {
-        (Some(a), Some(b)) => (
-            b.saturating_sub(a),
-            scraped_to.duration_since(scraped_from).as_secs_f64(),
-        ),
-        _ => (
-            totals.acked_in_window.load(Ordering::Relaxed),
-            stop_at.duration_since(measure_from).as_secs_f64(),
-        ),
+    // The window is timed by the two snapshots; delivered = accepted by the
+    // hub between the scrapes, else acked between them.
+    let delivered = match (before.published, after.published) {
+        (Some(a), Some(b)) => b.saturating_sub(a),
+        _ => after.acked.saturating_sub(before.acked),
     };
-    let row = RunResult {
-        rate,
-        sent_records: totals.sent_records.load(Ordering::Relaxed),
-        acked_records: totals.acked_records.load(Ordering::Relaxed),
-        accepted_records: accepted,
-        accepted_per_s: accepted as f64 / measured,
-        duration_s: measured,
-        latency: latency.summary_us(),
-        errors: totals.errors.load(Ordering::Relaxed),
-        ..Default::default()
+    let due = (rate > 0).then(|| {
+        plans
+            .iter()
+            .map(|p| p.due_between(before.at, after.at))
+            .sum::<u64>()
+            * records_per_chunk as u64
+    });
+    let window = Window {
+        seconds: after.at.duration_since(before.at).as_secs_f64(),
+        due,
+        sent: after.sent.saturating_sub(before.sent),
+        delivered,
     };
+    let unacked = totals.unacked_records.load(Ordering::Relaxed);
+    let unsent = totals.unsent_records.load(Ordering::Relaxed);
     let mut report = Report::new(
         "forward",
+        "record",
         serde_json::json!({
             "rate": rate, "connections": args.connections, "batch": args.batch,
             "records_per_chunk": records_per_chunk, "record_bytes": args.record_bytes,
@@ -388,24 +468,37 @@ async fn drive(
             "route": if args.server_toml.is_some() { "custom" } else { "null" },
         }),
     );
-    report.sent = row.sent_records;
+    report.set_window(window);
+    report.sent = totals.sent_records.load(Ordering::Relaxed);
     report.received = if args.ack {
-        row.acked_records
+        totals.acked_records.load(Ordering::Relaxed)
     } else {
-        accepted
+        delivered
     };
-    report.duration_s = measured;
-    report.rate = row.accepted_per_s;
-    report.latency_us = row.latency;
-    report.error("connection", row.errors);
-    if args.ack {
-        report.error(
-            "unacked_records",
-            row.sent_records.saturating_sub(row.acked_records),
-        );
-    }
-    report.extra =
-        serde_json::json!({ "accepted_records": accepted, "acked_records": row.acked_records });
+    report.latency_us = latency.summary_us();
+    report.latency_expected = args.ack;
+    report.error("connection", totals.errors.load(Ordering::Relaxed));
+    report.error("unacked_records", unacked);
+    report.error("unsent_due_records", unsent);
+    report.extra = serde_json::json!({
+        "accepted_records": delivered,
+        "delivered_by": if before.published.is_some() { "hub_published_total" } else { "acks" },
+        "acked_records": totals.acked_records.load(Ordering::Relaxed),
+        "latency_samples": latency.count(),
+    });
+    let row = RunResult {
+        rate,
+        sent_records: report.sent,
+        acked_records: totals.acked_records.load(Ordering::Relaxed),
+        accepted_records: delivered,
+        offered_rate: report.offered_rate,
+        sent_rate: report.sent_rate,
+        accepted_per_s: report.rate,
+        duration_s: report.duration_s,
+        latency: report.latency_us,
+        errors: report.total_errors(),
+        ..Default::default()
+    };
     Ok((row, report))
 }
 
@@ -450,18 +543,16 @@ async fn run_connection(
     window: usize,
     totals: Arc<Totals>,
     progress: Arc<Progress>,
-) -> anyhow::Result<LatencyRecorder> {
+) -> ConnOutcome {
     let (mut writer, reader) = client.into_split();
     let window = Arc::new(Semaphore::new(window));
-    // Due (or send) time of chunk `seq`, for latency, kept by the sender for
-    // the unthrottled mode where there is no schedule to recompute it from.
-    let sent_at: Arc<send_times::SendTimes> = Arc::new(send_times::SendTimes::default());
-    let acks = ack.then(|| {
+    let acks = Arc::new(AckBook::default());
+    let reader_task = ack.then(|| {
         tokio::spawn(read_acks(
             reader,
             plan.clone(),
             window.clone(),
-            sent_at.clone(),
+            acks.clone(),
             totals.clone(),
             progress.clone(),
         ))
@@ -481,7 +572,13 @@ async fn run_connection(
                 sleep_until(due).await;
             }
             if ack {
-                window.acquire().await.expect("never closed").forget();
+                // Bounded by the schedule: a window that stays full until
+                // the end stops the sender (the chunks it could not send
+                // are counted below), it never waits forever.
+                match tokio::time::timeout_at(plan.stop_at.into(), window.acquire()).await {
+                    Ok(permit) => permit.expect("never closed").forget(),
+                    Err(_) => break,
+                }
             }
             frame.clear();
             frame.extend_from_slice(&head);
@@ -493,14 +590,16 @@ async fn run_connection(
                 gzip: false,
             };
             write_option(&mut frame, &opt);
-            sent_at.set(
-                seq,
-                if plan.schedule.is_some() {
+            if ack {
+                // Open model: latency from the due time; unpaced, from the
+                // moment of sending.
+                let from = if plan.schedule.is_some() {
                     due
                 } else {
                     Instant::now()
-                },
-            );
+                };
+                acks.sent(seq, from);
+            }
             writer.write_all(&frame).await?;
             totals
                 .sent_records
@@ -515,90 +614,118 @@ async fn run_connection(
     .await;
     // Closing our side makes the server answer what is pending and close.
     let _ = writer.shutdown().await;
-    let latency = match acks {
-        Some(h) => match tokio::time::timeout(Duration::from_secs(30), h).await {
-            Ok(Ok(lat)) => lat,
-            _ => LatencyRecorder::default(),
-        },
-        None => LatencyRecorder::default(),
+    let Some(reader_task) = reader_task else {
+        return ConnOutcome {
+            latency: LatencyRecorder::default(),
+            error: result.err(),
+        };
     };
-    result?;
-    Ok(latency)
+    let abort = reader_task.abort_handle();
+    if tokio::time::timeout(ACK_DRAIN_TIMEOUT, reader_task)
+        .await
+        .is_err()
+    {
+        abort.abort();
+        tracing::warn!(
+            connection = plan.id,
+            "acks still outstanding {ACK_DRAIN_TIMEOUT:?} after the last chunk; counted as unacked"
+        );
+    }
+    let end = Instant::now();
+    // Whatever is still in flight was never acked; a chunk of the schedule
+    // never sent was due all the same. Both count, with their latency up to
+    // now, so that a stall shows in the tail instead of vanishing.
+    let n = plan.records_per_chunk as u64;
+    let mut book = acks.lock();
+    for due in std::mem::take(&mut book.in_flight).into_values() {
+        totals.unacked_records.fetch_add(n, Ordering::Relaxed);
+        if due >= plan.measure_from {
+            book.latency.record(end.duration_since(due));
+        }
+    }
+    if let Some(s) = &plan.schedule {
+        let mut k = seq;
+        while s.due(k) < plan.stop_at {
+            totals.unsent_records.fetch_add(n, Ordering::Relaxed);
+            if s.due(k) >= plan.measure_from {
+                book.latency.record(end.duration_since(s.due(k)));
+            }
+            k += 1;
+        }
+    }
+    let latency = std::mem::take(&mut book.latency);
+    drop(book);
+    ConnOutcome {
+        latency,
+        error: result.err(),
+    }
+}
+
+/// What a connection measured, kept even when it failed.
+struct ConnOutcome {
+    /// Ack latencies (and the late chunks') of the measured window.
+    latency: LatencyRecorder,
+    /// Why the connection ended early, if it did.
+    error: Option<anyhow::Error>,
+}
+
+/// A connection's chunks in flight and the latency of those acked, shared
+/// by its sender and its ack reader. The reader records into it as acks
+/// arrive, so nothing recorded is lost if the reader has to be stopped.
+#[derive(Debug, Default)]
+struct AckBook {
+    inner: Mutex<AckState>,
+}
+
+#[derive(Debug, Default)]
+struct AckState {
+    /// Sequence number → due time (send time when unpaced) of every chunk
+    /// sent and not yet acked; the ack window bounds its size.
+    in_flight: BTreeMap<u64, Instant>,
+    /// Ack latencies of the measured window.
+    latency: LatencyRecorder,
+}
+
+impl AckBook {
+    fn lock(&self) -> std::sync::MutexGuard<'_, AckState> {
+        self.inner.lock().expect("ack book lock not poisoned")
+    }
+
+    /// Chunk `seq`, due at `due`, is about to be written.
+    fn sent(&self, seq: u64, due: Instant) {
+        self.lock().in_flight.insert(seq, due);
+    }
 }
 
 async fn read_acks(
     mut reader: AckReader,
     plan: ConnPlan,
     window: Arc<Semaphore>,
-    sent_at: Arc<send_times::SendTimes>,
+    acks: Arc<AckBook>,
     totals: Arc<Totals>,
     progress: Arc<Progress>,
-) -> LatencyRecorder {
-    let mut latency = LatencyRecorder::default();
+) {
     let n = plan.records_per_chunk as u64;
-    loop {
-        let chunk = match reader.next_ack().await {
-            Ok(c) => c,
-            Err(_) => break,
-        };
+    while let Ok(chunk) = reader.next_ack().await {
         let now = Instant::now();
         window.add_permits(1);
         let Some(seq) = chunk.rsplit('-').next().and_then(|s| s.parse::<u64>().ok()) else {
             totals.errors.fetch_add(1, Ordering::Relaxed);
             continue;
         };
-        let due = sent_at.get(seq);
+        let mut book = acks.lock();
+        let Some(due) = book.in_flight.remove(&seq) else {
+            // An ack for a chunk not in flight (a duplicate or a stranger).
+            drop(book);
+            totals.errors.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
+        if due >= plan.measure_from {
+            book.latency.record(now.duration_since(due));
+        }
+        drop(book);
         totals.acked_records.fetch_add(n, Ordering::Relaxed);
         progress.received.fetch_add(n, Ordering::Relaxed);
-        if now >= plan.measure_from && now < plan.stop_at {
-            totals.acked_in_window.fetch_add(n, Ordering::Relaxed);
-        }
-        if let Some(due) = due {
-            if due >= plan.measure_from {
-                latency.record(now.duration_since(due));
-            }
-        }
-    }
-    latency
-}
-
-/// Send times of in-flight chunks, shared between a connection's sender and
-/// its ack reader (a small ring indexed by sequence number).
-mod send_times {
-    use std::sync::Mutex;
-    use std::time::Instant;
-
-    const RING: usize = 4096;
-
-    /// Ring of (sequence, send time).
-    #[derive(Debug)]
-    pub struct SendTimes {
-        ring: Mutex<Vec<Option<(u64, Instant)>>>,
-    }
-
-    impl Default for SendTimes {
-        fn default() -> Self {
-            SendTimes {
-                ring: Mutex::new(vec![None; RING]),
-            }
-        }
-    }
-
-    impl SendTimes {
-        /// Records chunk `seq`'s due/send time.
-        pub fn set(&self, seq: u64, t: Instant) {
-            let mut g = self.ring.lock().expect("not poisoned");
-            g[(seq as usize) % RING] = Some((seq, t));
-        }
-
-        /// The time of chunk `seq`, if still in the ring.
-        pub fn get(&self, seq: u64) -> Option<Instant> {
-            let g = self.ring.lock().expect("not poisoned");
-            match g[(seq as usize) % RING] {
-                Some((s, t)) if s == seq => Some(t),
-                _ => None,
-            }
-        }
     }
 }
 

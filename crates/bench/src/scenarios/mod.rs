@@ -2,6 +2,7 @@
 //! enum. Adding a scenario: a module with `XArgs` (clap, flattening
 //! [`crate::CommonArgs`]) and `async fn run(&XArgs)`, plus one variant here.
 
+pub mod conns;
 pub mod echo;
 pub mod forward;
 pub mod s2s;
@@ -15,6 +16,9 @@ pub enum Scenario {
     Forward(forward::ForwardArgs),
     /// Seed 000: NiFi Site-to-Site clients doing transactions.
     S2s(s2s::S2sArgs),
+    /// Memory per connection: N idle, partial or trickling connections to
+    /// one listener, and what the server does with them.
+    Conns(conns::ConnsArgs),
 }
 
 impl Scenario {
@@ -24,6 +28,7 @@ impl Scenario {
             Scenario::Echo(a) => echo::run(a).await,
             Scenario::Forward(a) => forward::run(a).await,
             Scenario::S2s(a) => s2s::run(a).await,
+            Scenario::Conns(a) => conns::run(a).await,
         }
     }
 }

@@ -17,10 +17,22 @@
 //! start `--ramp-ms` apart, as the seed's 10 ms); the common report's
 //! latency is the whole transaction measured from its due time, so a server
 //! stall shows up instead of slowing the schedule.
+//!
+//! Every transaction that was due is reported, not only those done: the run
+//! ends when every client is done or at a deadline (`--timeout-ms` after the
+//! schedule's end, when the clients still running are stopped), and a
+//! transaction that failed or never completed by then counts as failed,
+//! with its latency from when it was due to the end of the run.
+//!
+//! The measured window is the schedule's span: from the first due time to
+//! one interval after the last. Within it the offered rate counts
+//! transactions due, the sent rate transactions begun, and the rate
+//! transactions completed (the server's TRANSACTION_FINISHED).
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -32,7 +44,7 @@ use tidegate_s2s::client::{
 use tidegate_s2s::codec::DataPacket;
 
 use crate::latency::{LatencyRecorder, LatencySummary};
-use crate::report::Report;
+use crate::report::{Report, Window};
 use crate::{CommonArgs, Progress, Target};
 
 /// Transport the simulated clients use.
@@ -92,6 +104,8 @@ const PHASES: [&str; 4] = ["create", "send", "confirm", "complete"];
 struct ClientLine {
     ok: u64,
     failed: u64,
+    /// Due but not completed when the run ended (in flight or not begun).
+    unfinished: u64,
     sums_ns: [u128; 4],
 }
 
@@ -101,6 +115,9 @@ struct Recorders {
     phases: [LatencyRecorder; 4],
     total_from_due: LatencyRecorder,
     failures: BTreeMap<String, u64>,
+    /// Due times of the failed transactions; their latency runs to the end
+    /// of the run and is recorded then.
+    failed_due: Vec<Instant>,
 }
 
 enum Conn {
@@ -114,6 +131,12 @@ struct Shared {
     rec: Mutex<Recorders>,
     progress: Arc<Progress>,
     tls: Option<tidegate_s2s::tls::ClientTls>,
+    /// End of the measured window.
+    window_end: Instant,
+    /// Transactions begun within the window.
+    started_in_window: AtomicU64,
+    /// Transactions completed within the window.
+    completed_in_window: AtomicU64,
 }
 
 fn packets(client: usize, tx: u64, n: usize) -> Vec<DataPacket> {
@@ -211,50 +234,67 @@ async fn transaction(
     }
 }
 
-async fn run_client(sh: Arc<Shared>, id: usize, start: Instant) -> ClientLine {
-    let mut line = ClientLine::default();
+/// One simulated client's schedule and what it has done so far, readable
+/// after its task was stopped at the deadline.
+struct ClientSlot {
+    /// Due time of its transaction 0.
+    start: Instant,
+    /// The seed's CSV figures.
+    line: Mutex<ClientLine>,
+    /// Transactions begun (the next one to begin is this index).
+    started: AtomicU64,
+    /// Transactions ended, completed or failed (sequential: 0..ended).
+    ended: AtomicU64,
+}
+
+impl ClientSlot {
+    fn due(&self, interval: Duration, k: u64) -> Instant {
+        self.start + interval * k as u32
+    }
+}
+
+async fn run_client(sh: Arc<Shared>, id: usize, slot: Arc<ClientSlot>) {
     let mut conn: Option<Conn> = None;
     let interval = Duration::from_millis(sh.args.interval_ms);
     for k in 0..sh.args.tx {
-        let due = start + interval * k as u32;
+        let due = slot.due(interval, k);
         tokio::time::sleep_until(due.into()).await;
-        sh.progress
-            .sent
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        slot.started.store(k + 1, Ordering::Release);
+        if Instant::now() <= sh.window_end {
+            sh.started_in_window.fetch_add(1, Ordering::Relaxed);
+        }
+        sh.progress.sent.fetch_add(1, Ordering::Relaxed);
         match transaction(&sh, &mut conn, id, k).await {
             Ok(ph) => {
+                let done = Instant::now();
+                if done <= sh.window_end {
+                    sh.completed_in_window.fetch_add(1, Ordering::Relaxed);
+                }
+                let mut line = slot.line.lock().expect("client line lock");
                 line.ok += 1;
-                let from_due = due.elapsed();
                 let mut rec = sh.rec.lock().expect("recorder lock");
                 for (i, d) in ph.iter().enumerate() {
                     line.sums_ns[i] += d.as_nanos();
                     rec.phases[i].record(*d);
                 }
-                rec.total_from_due.record(from_due);
-                drop(rec);
-                sh.progress
-                    .received
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                rec.total_from_due.record(done.duration_since(due));
+                drop((rec, line));
+                sh.progress.received.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) => {
-                line.failed += 1;
                 conn = None;
-                sh.progress
-                    .errors
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                *sh.rec
-                    .lock()
-                    .expect("recorder lock")
-                    .failures
-                    .entry(e.kind().to_owned())
-                    .or_default() += 1;
+                slot.line.lock().expect("client line lock").failed += 1;
+                sh.progress.errors.fetch_add(1, Ordering::Relaxed);
+                let mut rec = sh.rec.lock().expect("recorder lock");
+                *rec.failures.entry(e.kind().to_owned()).or_default() += 1;
+                rec.failed_due.push(due);
             }
         }
+        slot.ended.store(k + 1, Ordering::Release);
     }
     if let Some(Conn::Raw(r)) = conn {
         r.shutdown().await;
     }
-    line
 }
 
 fn avg_ms(sum_ns: u128, n: u64) -> f64 {
@@ -265,18 +305,25 @@ fn avg_ms(sum_ns: u128, n: u64) -> f64 {
     }
 }
 
-fn ms(s: &LatencySummary) -> String {
-    format!(
-        "{:>9.3} {:>9.3} {:>9.3} {:>9.3}",
-        s.mean / 1e3,
-        s.p50 / 1e3,
-        s.p99 / 1e3,
-        s.max / 1e3
-    )
+fn ms(s: Option<&LatencySummary>) -> String {
+    match s {
+        Some(s) => format!(
+            "{:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+            s.mean / 1e3,
+            s.p50 / 1e3,
+            s.p99 / 1e3,
+            s.max / 1e3
+        ),
+        None => format!("{:>9} {:>9} {:>9} {:>9}", "-", "-", "-", "-"),
+    }
 }
 
 /// Runs the scenario and prints its report.
 pub async fn run(args: &S2sArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.interval_ms > 0 && args.clients > 0 && args.tx > 0,
+        "--interval-ms, --clients and --tx must be at least 1"
+    );
     let tls_files = if args.tls {
         Some(
             tidegate_s2s::tls::TestPki::generate()
@@ -295,29 +342,93 @@ pub async fn run(args: &S2sArgs) -> anyhow::Result<()> {
     let target = Target::resolve(&args.common, &extra)?;
     let http = target.addr(|a| a.http);
     let progress = Progress::start("s2s");
+    let interval = Duration::from_millis(args.interval_ms);
+    let ramp = Duration::from_millis(args.ramp_ms);
+    let t0 = Instant::now();
+    // The measured window: the schedule's span, from the first due time to
+    // one interval after the last.
+    let last_due = t0 + ramp * (args.clients - 1) as u32 + interval * (args.tx - 1) as u32;
+    let window_end = last_due + interval;
+    let deadline = window_end + Duration::from_millis(args.timeout_ms);
     let sh = Arc::new(Shared {
         args: args.clone(),
         http,
         rec: Mutex::new(Recorders::default()),
         progress: progress.clone(),
         tls: tls_files.as_ref().map(|p| p.client()).transpose()?,
+        window_end,
+        started_in_window: AtomicU64::new(0),
+        completed_in_window: AtomicU64::new(0),
     });
-    let t0 = Instant::now();
-    let mut tasks = Vec::with_capacity(args.clients);
-    for id in 0..args.clients {
-        let start = t0 + Duration::from_millis(args.ramp_ms) * id as u32;
-        tasks.push(tokio::spawn(run_client(sh.clone(), id, start)));
+    let slots: Vec<Arc<ClientSlot>> = (0..args.clients)
+        .map(|id| {
+            Arc::new(ClientSlot {
+                start: t0 + ramp * id as u32,
+                line: Mutex::new(ClientLine::default()),
+                started: AtomicU64::new(0),
+                ended: AtomicU64::new(0),
+            })
+        })
+        .collect();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (id, slot) in slots.iter().enumerate() {
+        tasks.spawn(run_client(sh.clone(), id, slot.clone()));
     }
-    let mut lines = Vec::with_capacity(args.clients);
-    for t in tasks {
-        lines.push(t.await.context("client task")?);
+    // Every client finishes by itself, or is stopped at the deadline (its
+    // timeout after the schedule's end): a stalled server ends the run, it
+    // does not stretch it without bound.
+    let mut stopped_at_deadline = false;
+    loop {
+        match tokio::time::timeout_at(deadline.into(), tasks.join_next()).await {
+            Ok(None) => break,
+            Ok(Some(r)) => r.context("client task")?,
+            Err(_) => {
+                stopped_at_deadline = true;
+                tasks.abort_all();
+                while tasks.join_next().await.is_some() {}
+                break;
+            }
+        }
     }
-    let duration = t0.elapsed();
+    let end = Instant::now();
+    let duration = end - t0;
     progress.finish();
     let server = target.finish();
 
+    // Every transaction that was due counts: one that failed, or never
+    // completed before the run ended, is late, its latency the whole time
+    // from when it was due to the end of the run.
+    let mut rec = sh.rec.lock().expect("recorder lock");
+    for due in std::mem::take(&mut rec.failed_due) {
+        rec.total_from_due.record(end.duration_since(due));
+    }
+    let (mut unfinished, mut never_started) = (0u64, 0u64);
+    let mut lines = Vec::with_capacity(args.clients);
+    for slot in &slots {
+        let (started, ended) = (
+            slot.started.load(Ordering::Acquire),
+            slot.ended.load(Ordering::Acquire),
+        );
+        let mut line = slot.line.lock().expect("client line lock").clone();
+        for k in ended..args.tx {
+            let due = slot.due(interval, k);
+            if due <= end {
+                rec.total_from_due.record(end.duration_since(due));
+                line.unfinished += 1;
+                if k < started {
+                    unfinished += 1;
+                } else {
+                    never_started += 1;
+                }
+            }
+        }
+        lines.push(line);
+    }
+    let due_total = args.clients as u64 * args.tx;
+
     let ok: u64 = lines.iter().map(|l| l.ok).sum();
     let failed: u64 = lines.iter().map(|l| l.failed).sum();
+    let late = unfinished + never_started;
     let mut sums = [0u128; 4];
     for l in &lines {
         for (sum, v) in sums.iter_mut().zip(l.sums_ns) {
@@ -334,7 +445,7 @@ pub async fn run(args: &S2sArgs) -> anyhow::Result<()> {
                 "{id},{},{},{},{:.3},{:.3},{:.3},{:.3}",
                 args.tx,
                 l.ok,
-                l.failed,
+                l.failed + l.unfinished,
                 avg_ms(l.sums_ns[0], l.ok),
                 avg_ms(l.sums_ns[1], l.ok),
                 avg_ms(l.sums_ns[2], l.ok),
@@ -342,13 +453,16 @@ pub async fn run(args: &S2sArgs) -> anyhow::Result<()> {
             )?;
         }
     }
-    let rec = sh.rec.lock().expect("recorder lock");
     let avgs: Vec<f64> = (0..4).map(|i| avg_ms(sums[i], ok)).collect();
     let summary_line = format!(
-        "numOfClient={}, numOfTx={}, numOfPacketsPerTx={}, txIntervalMillis={}, totalSuccessfulTx={ok}, totalFailureTx={failed}, avgCreateTxMillis={:.0}, avgSendMillis={:.0}, avgConfirmMillis={:.0}, avgCompleteMillis={:.0}\n",
-        args.clients, args.tx, args.packets, args.interval_ms, avgs[0], avgs[1], avgs[2], avgs[3]
+        "numOfClient={}, numOfTx={}, numOfPacketsPerTx={}, txIntervalMillis={}, totalSuccessfulTx={ok}, totalFailureTx={}, avgCreateTxMillis={:.0}, avgSendMillis={:.0}, avgConfirmMillis={:.0}, avgCompleteMillis={:.0}\n",
+        args.clients, args.tx, args.packets, args.interval_ms, failed + late, avgs[0], avgs[1], avgs[2], avgs[3]
     );
     let mut human = summary_line.clone();
+    human.push_str(&format!(
+        "transactions due {due_total}: completed {ok}, failed {failed}, never completed by the end of the run {late} ({unfinished} in flight, {never_started} never started){}\n",
+        if stopped_at_deadline { "; stopped at the deadline" } else { "" }
+    ));
     human.push_str(&format!(
         "avg ms: create {:.3}  send {:.3}  confirm {:.3}  complete {:.3}\n",
         avgs[0], avgs[1], avgs[2], avgs[3]
@@ -357,35 +471,49 @@ pub async fn run(args: &S2sArgs) -> anyhow::Result<()> {
     let mut phase_json = serde_json::Map::new();
     for (i, name) in PHASES.iter().enumerate() {
         let s = rec.phases[i].summary_us();
-        human.push_str(&format!("{name:<9}{}\n", ms(&s)));
+        human.push_str(&format!("{name:<9}{}\n", ms(s.as_ref())));
         phase_json.insert((*name).into(), serde_json::to_value(s)?);
     }
     let total = rec.total_from_due.summary_us();
-    human.push_str(&format!("{:<9}{}\n", "tx(due)", ms(&total)));
+    human.push_str(&format!("{:<9}{}\n", "tx(due)", ms(total.as_ref())));
 
     let mut report = Report::new(
         "s2s",
+        "transaction",
         serde_json::json!({
             "clients": args.clients, "tx": args.tx, "packets": args.packets,
             "interval_ms": args.interval_ms, "transport": format!("{:?}", args.transport).to_lowercase(),
             "tls": args.tls, "gzip": args.gzip, "ramp_ms": args.ramp_ms,
+            "timeout_ms": args.timeout_ms,
         }),
     );
-    report.sent = ok + failed;
+    report.sent = slots
+        .iter()
+        .map(|s| s.started.load(Ordering::Acquire))
+        .sum::<u64>();
     report.received = ok;
     for (k, v) in &rec.failures {
         report.error(k, *v);
     }
-    report.duration_s = duration.as_secs_f64();
-    report.rate = ok as f64 / report.duration_s.max(1e-9);
+    report.error("unfinished", unfinished);
+    report.error("never_started", never_started);
+    report.set_window(Window {
+        seconds: (window_end - t0).as_secs_f64(),
+        due: Some(due_total),
+        sent: sh.started_in_window.load(Ordering::Relaxed),
+        delivered: sh.completed_in_window.load(Ordering::Relaxed),
+    });
     report.latency_us = total;
+    report.latency_expected = true;
     report.server = server;
     report.extra = serde_json::json!({
         "numOfClient": args.clients, "numOfTx": args.tx, "numOfPacketsPerTx": args.packets,
-        "txIntervalMillis": args.interval_ms, "totalSuccessfulTx": ok, "totalFailureTx": failed,
+        "txIntervalMillis": args.interval_ms, "totalSuccessfulTx": ok,
+        "totalFailureTx": failed + late, "totalDueTx": due_total, "totalLateTx": late,
+        "run_s": duration.as_secs_f64(), "stopped_at_deadline": stopped_at_deadline,
         "avgCreateTxMillis": avgs[0], "avgSendMillis": avgs[1], "avgConfirmMillis": avgs[2],
         "avgCompleteMillis": avgs[3], "phases_us": phase_json,
     });
-    report.emit(args.common.json, &human);
-    Ok(())
+    drop(rec);
+    report.emit(args.common.json, &human)
 }
