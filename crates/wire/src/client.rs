@@ -1,5 +1,6 @@
 //! An async client of the `[wire]` protocol, used by the tests and the bench:
-//! connect, publish, subscribe (confirmed), echo, ping, and receive frames.
+//! connect (plain TCP or TLS, with an optional AUTH token), publish,
+//! subscribe (confirmed), echo, ping, and receive frames.
 //!
 //! Confirmation uses the protocol's ordering guarantee: the server applies a
 //! connection's frames in order and writes a PONG only after the
@@ -10,16 +11,22 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use thiserror::Error;
 use tidegate_hub::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_rustls::rustls::ClientConfig;
+use tokio_rustls::TlsConnector;
+use tokio_util::either::Either;
 
 use crate::codec::{self, DecodeError, EncodeError};
-use crate::frame::{Echo, ErrorFrame, Frame, FrameType};
+use crate::frame::{AuthToken, Echo, ErrorFrame, Frame, FrameType};
 
 /// Largest frame the client accepts from a server, bytes.
 pub const CLIENT_MAX_FRAME: usize = 64 * 1024 * 1024;
@@ -47,12 +54,64 @@ pub enum ClientError {
     /// Too many frames arrived while waiting for an answer.
     #[error("more than {MAX_HELD_FRAMES} frames arrived while waiting for an answer")]
     TooManyHeld,
+    /// The TLS server name is not a valid DNS name or IP address.
+    #[error("invalid TLS server name {0:?}")]
+    ServerName(String),
 }
+
+/// How [`WireClient::connect_with`] connects: plain TCP or TLS, and with or
+/// without an AUTH token. The default is plain TCP without a token, as
+/// [`WireClient::connect`].
+#[derive(Clone, Default)]
+pub struct ConnectOptions {
+    tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
+    token: Option<AuthToken>,
+}
+
+impl std::fmt::Debug for ConnectOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectOptions")
+            .field("tls", &self.tls.as_ref().map(|(_, name)| name))
+            .field("token", &self.token)
+            .finish()
+    }
+}
+
+impl ConnectOptions {
+    /// Plain TCP, no token.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Speak TLS with `config` (e.g. from `tidegate_listener::tls::client_config`),
+    /// checking the server's certificate against `server_name` (a DNS name
+    /// or an IP address).
+    pub fn tls(
+        mut self,
+        config: Arc<ClientConfig>,
+        server_name: &str,
+    ) -> Result<Self, ClientError> {
+        let name = ServerName::try_from(server_name.to_owned())
+            .map_err(|_| ClientError::ServerName(server_name.to_owned()))?;
+        self.tls = Some((config, name));
+        Ok(self)
+    }
+
+    /// Authenticate with `token` right after connecting (AUTH, then wait for
+    /// AUTH_OK); needed when the server has `[wire] tokens`.
+    pub fn token(mut self, token: impl Into<Bytes>) -> Self {
+        self.token = Some(AuthToken::new(token));
+        self
+    }
+}
+
+/// Plain TCP or TLS.
+type ClientStream = Either<TcpStream, Box<TlsStream<TcpStream>>>;
 
 /// A connection to a `[wire]` listener.
 #[derive(Debug)]
 pub struct WireClient {
-    stream: TcpStream,
+    stream: ClientStream,
     rbuf: BytesMut,
     wbuf: BytesMut,
     held: VecDeque<Frame>,
@@ -60,17 +119,55 @@ pub struct WireClient {
 }
 
 impl WireClient {
-    /// Connects (with TCP_NODELAY).
+    /// Connects over plain TCP (with TCP_NODELAY), without a token.
     pub async fn connect(addr: SocketAddr) -> Result<Self, ClientError> {
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
-        Ok(WireClient {
+        Self::connect_with(addr, &ConnectOptions::default()).await
+    }
+
+    /// Connects as `options` say: TLS handshake first if asked, then AUTH
+    /// with the token if one is given (an ERROR answer is returned as
+    /// [`ClientError::Server`]).
+    pub async fn connect_with(
+        addr: SocketAddr,
+        options: &ConnectOptions,
+    ) -> Result<Self, ClientError> {
+        let tcp = TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        let stream = match &options.tls {
+            None => Either::Left(tcp),
+            Some((config, name)) => {
+                let tls = TlsConnector::from(config.clone())
+                    .connect(name.clone(), tcp)
+                    .await?;
+                Either::Right(Box::new(tls))
+            }
+        };
+        let mut client = WireClient {
             stream,
             rbuf: BytesMut::with_capacity(64 * 1024),
             wbuf: BytesMut::with_capacity(64 * 1024),
             held: VecDeque::new(),
             next_token: 1,
-        })
+        };
+        if let Some(token) = &options.token {
+            client.authenticate(token.as_bytes()).await?;
+        }
+        Ok(client)
+    }
+
+    /// True when the connection speaks TLS.
+    pub fn is_tls(&self) -> bool {
+        matches!(self.stream, Either::Right(_))
+    }
+
+    /// Sends AUTH with `token` and waits for AUTH_OK. A refused token comes
+    /// back as [`ClientError::Server`] with code `Unauthorized`, and the
+    /// server closes the connection.
+    pub async fn authenticate(&mut self, token: &[u8]) -> Result<(), ClientError> {
+        codec::encode_auth(token, &mut self.wbuf)?;
+        self.flush().await?;
+        self.wait_for(|f| matches!(f, Frame::AuthOk)).await?;
+        Ok(())
     }
 
     /// Buffers a frame without sending it (see [`WireClient::flush`]).

@@ -11,7 +11,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use thiserror::Error;
 use tidegate_hub::Message;
 
-use crate::frame::{Echo, ErrorCode, ErrorFrame, Frame, FrameType};
+use crate::frame::{AuthToken, Echo, ErrorCode, ErrorFrame, Frame, FrameType};
 
 /// Bytes of the length prefix.
 pub const LENGTH_PREFIX: usize = 4;
@@ -84,6 +84,13 @@ pub enum DecodeError {
         /// How many.
         extra: usize,
     },
+    /// An AUTH token that is empty or longer than [`AuthToken::MAX_LEN`]
+    /// (reported from the length prefix, before the body is read).
+    #[error("AUTH token of {len} bytes: a token holds 1 to {max} bytes", max = AuthToken::MAX_LEN)]
+    BadTokenLength {
+        /// The token length the prefix announces.
+        len: usize,
+    },
 }
 
 impl DecodeError {
@@ -98,7 +105,8 @@ impl DecodeError {
             DecodeError::EmptyFrame
             | DecodeError::BadUtf8 { .. }
             | DecodeError::UnknownFlags { .. }
-            | DecodeError::TrailingBytes { .. } => ErrorCode::MalformedFrame,
+            | DecodeError::TrailingBytes { .. }
+            | DecodeError::BadTokenLength { .. } => ErrorCode::MalformedFrame,
         }
     }
 
@@ -134,6 +142,12 @@ pub enum EncodeError {
         /// The limit.
         max: usize,
     },
+    /// An AUTH token that is empty or longer than [`AuthToken::MAX_LEN`].
+    #[error("AUTH token of {len} bytes: a token holds 1 to {max} bytes", max = AuthToken::MAX_LEN)]
+    BadTokenLength {
+        /// The token's length.
+        len: usize,
+    },
 }
 
 /// Decodes one frame from the front of `buf`.
@@ -145,19 +159,36 @@ pub enum EncodeError {
 /// body. After an error the stream cannot be resynchronised: report it and
 /// close the connection (`buf`'s contents are then unspecified).
 pub fn decode_frame(buf: &mut BytesMut, max_frame: usize) -> Result<Option<Frame>, DecodeError> {
+    if let Some((frame, _)) = take_frame(buf, max_frame)? {
+        return Ok(Some(frame));
+    }
+    if let Some((_, len)) = peek_header(buf, max_frame)? {
+        // Grow towards the frame a step at a time: a peer that announces a
+        // large frame and then stalls does not get `max_frame` allocated.
+        let total = LENGTH_PREFIX + len;
+        buf.reserve(total.saturating_sub(buf.len()).min(RESERVE_STEP));
+    }
+    Ok(None)
+}
+
+/// Like [`decode_frame`], but never reserves memory (the caller sizes its
+/// reads, as the server's listener core does) and also returns how many
+/// bytes of `buf` the frame took, length prefix included — what the server
+/// holds of its in-flight budget while it publishes the frame.
+pub fn take_frame(
+    buf: &mut BytesMut,
+    max_frame: usize,
+) -> Result<Option<(Frame, usize)>, DecodeError> {
     let Some((ty, len)) = peek_header(buf, max_frame)? else {
         return Ok(None);
     };
     let total = LENGTH_PREFIX + len;
     if buf.len() < total {
-        // Grow towards the frame a step at a time: a peer that announces a
-        // large frame and then stalls does not get `max_frame` allocated.
-        buf.reserve((total - buf.len()).min(RESERVE_STEP));
         return Ok(None);
     }
     buf.advance(FRAME_HEADER);
     let body = buf.split_to(len - 1).freeze();
-    decode_body(ty, body).map(Some)
+    decode_body(ty, body).map(|f| Some((f, total)))
 }
 
 /// Reads a frame header without consuming anything: `Ok(None)` until the
@@ -184,6 +215,9 @@ pub fn peek_header(
         return Ok(None);
     };
     let ty = FrameType::from_u8(tag).ok_or(DecodeError::UnknownType(tag))?;
+    if ty == FrameType::Auth {
+        check_token_len(len - 1)?;
+    }
     Ok(Some((ty, len)))
 }
 
@@ -207,9 +241,21 @@ pub fn decode_body(ty: FrameType, body: Bytes) -> Result<Frame, DecodeError> {
             code: ErrorCode::from_u16(r.u16("code")?),
             message: r.rest_str("message")?,
         }),
+        FrameType::Auth => {
+            check_token_len(r.remaining())?;
+            Frame::Auth(AuthToken::new(r.rest()))
+        }
+        FrameType::AuthOk => Frame::AuthOk,
     };
     r.finish()?;
     Ok(frame)
+}
+
+fn check_token_len(len: usize) -> Result<(), DecodeError> {
+    if len == 0 || len > AuthToken::MAX_LEN {
+        return Err(DecodeError::BadTokenLength { len });
+    }
+    Ok(())
 }
 
 fn decode_message(r: &mut BodyReader) -> Result<Message, DecodeError> {
@@ -357,6 +403,11 @@ pub fn encode_frame(frame: &Frame, out: &mut BytesMut) -> Result<(), EncodeError
             encode_error(e.code, &e.message, out);
             Ok(())
         }
+        Frame::Auth(t) => encode_auth(t.as_bytes(), out),
+        Frame::AuthOk => {
+            encode_auth_ok(out);
+            Ok(())
+        }
     }
 }
 
@@ -451,6 +502,21 @@ pub fn encode_token(ty: FrameType, token: u64, out: &mut BytesMut) {
     out.put_u64_le(token);
 }
 
+/// Appends an AUTH frame carrying `token` (1 to [`AuthToken::MAX_LEN`] bytes).
+pub fn encode_auth(token: &[u8], out: &mut BytesMut) -> Result<(), EncodeError> {
+    if token.is_empty() || token.len() > AuthToken::MAX_LEN {
+        return Err(EncodeError::BadTokenLength { len: token.len() });
+    }
+    put_header(FrameType::Auth, token.len(), out);
+    out.put_slice(token);
+    Ok(())
+}
+
+/// Appends an AUTH_OK frame (no body).
+pub fn encode_auth_ok(out: &mut BytesMut) {
+    put_header(FrameType::AuthOk, 0, out);
+}
+
 /// Appends an ERROR frame; `message` is cut to [`MAX_ERROR_TEXT`] bytes (at a
 /// character boundary).
 pub fn encode_error(code: ErrorCode, message: &str, out: &mut BytesMut) {
@@ -535,6 +601,42 @@ mod tests {
         assert_eq!(decode_frame(&mut b, 64), Ok(Some(Frame::Pong(8))));
         assert_eq!(decode_frame(&mut b, 64), Ok(None));
         assert!(b.is_empty());
+    }
+
+    #[test]
+    fn an_auth_token_over_the_limit_is_refused_from_its_prefix() {
+        // 1 + 257 bytes announced; only the header has arrived.
+        let len = (AuthToken::MAX_LEN + 2) as u32;
+        let mut b = len.to_le_bytes().to_vec();
+        b.push(FrameType::Auth as u8);
+        assert_eq!(
+            one(&b),
+            Err(DecodeError::BadTokenLength {
+                len: AuthToken::MAX_LEN + 1
+            })
+        );
+        assert_eq!(
+            one(&[1, 0, 0, 0, 0x09]),
+            Err(DecodeError::BadTokenLength { len: 0 })
+        );
+        let mut out = BytesMut::new();
+        assert!(encode_auth(&[b'x'; AuthToken::MAX_LEN + 1], &mut out).is_err());
+        assert!(encode_auth(b"", &mut out).is_err());
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn take_frame_reports_the_bytes_a_frame_took_and_never_reserves() {
+        let mut b = BytesMut::new();
+        encode_auth(b"secret", &mut b).unwrap();
+        encode_auth_ok(&mut b);
+        b.extend_from_slice(&[200, 0, 0, 0, 0x01]); // a big frame's header
+        let (f, n) = take_frame(&mut b, 1024).unwrap().unwrap();
+        assert_eq!((f, n), (Frame::Auth(AuthToken::new(&b"secret"[..])), 11));
+        assert_eq!(take_frame(&mut b, 1024), Ok(Some((Frame::AuthOk, 5))));
+        let cap = b.capacity();
+        assert_eq!(take_frame(&mut b, 1024), Ok(None));
+        assert_eq!(b.capacity(), cap);
     }
 
     #[test]

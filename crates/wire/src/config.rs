@@ -1,10 +1,11 @@
 //! `[wire]` and `[sockperf]` configuration sections. Every limit of the two
 //! listeners is a named constant here, documented once.
 
-use std::net::SocketAddr;
-
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use tidegate_hub::OverflowPolicy;
+use tidegate_listener::ListenerConfig;
+
+use crate::frame::AuthToken;
 
 /// Default largest frame accepted (the length prefix), in bytes: 1 MiB.
 pub const DEFAULT_MAX_FRAME: usize = 1024 * 1024;
@@ -17,23 +18,20 @@ pub const DEFAULT_MAX_OUTBOUND_BYTES: usize = 4 * 1024 * 1024;
 pub const DEFAULT_MAX_SUBSCRIPTIONS: usize = 10_000;
 /// Default most subscriber messages the writer takes per wake-up.
 pub const DEFAULT_WRITE_BATCH: usize = 1024;
-/// Default most concurrent connections of a listener.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// Default longest sockperf message accepted (header included), in bytes.
 pub const DEFAULT_SOCKPERF_MAX_MESSAGE: usize = 65_536;
-/// Default most concurrent sockperf connections (each has its own thread).
-pub const DEFAULT_SOCKPERF_MAX_CONNECTIONS: usize = 64;
 /// Default milliseconds given to open connections to finish on shutdown.
 pub const DEFAULT_DRAIN_MS: u64 = 2000;
 
-/// `[wire]`: the framed publish/subscribe/echo listener.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+/// `[wire]`: the framed publish/subscribe/echo listener. The listener block
+/// (`listen`, `enabled`, `max_connections`, `idle_timeout_ms`,
+/// `read_timeout_ms`, `tls`, `allow`) is flattened into the section.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct WireConfig {
-    /// Address to bind.
-    pub listen: SocketAddr,
-    /// `false` leaves the listener off.
-    pub enabled: bool,
+    /// The keys every listener shares; `listen` defaults to 127.0.0.1:9998.
+    #[serde(flatten)]
+    pub listener: ListenerConfig<9998>,
     /// Largest frame accepted (the length prefix: type byte plus body), bytes.
     pub max_frame: usize,
     /// Bound of each connection's subscriber queue, in messages.
@@ -47,55 +45,85 @@ pub struct WireConfig {
     pub max_subscriptions: usize,
     /// Most subscriber messages coalesced into one write.
     pub write_batch: usize,
-    /// Most concurrent connections; further ones are closed at once.
-    pub max_connections: usize,
     /// Milliseconds open connections get to flush on shutdown.
     pub drain_ms: u64,
+    /// Secrets a client may authenticate with (each 1 to 256 bytes). When
+    /// not empty, a connection's first frame must be an AUTH carrying one of
+    /// them; anything else is refused (ERROR 10) and the connection closed.
+    #[serde(
+        deserialize_with = "deserialize_tokens",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub tokens: Vec<String>,
 }
 
 impl Default for WireConfig {
     fn default() -> Self {
         WireConfig {
-            listen: "127.0.0.1:9998".parse().expect("literal"),
-            enabled: true,
+            listener: ListenerConfig::default(),
             max_frame: DEFAULT_MAX_FRAME,
             subscriber_capacity: DEFAULT_SUBSCRIBER_CAPACITY,
             overflow: OverflowPolicy::DropOldest,
             max_outbound_bytes: DEFAULT_MAX_OUTBOUND_BYTES,
             max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,
             write_batch: DEFAULT_WRITE_BATCH,
-            max_connections: DEFAULT_MAX_CONNECTIONS,
             drain_ms: DEFAULT_DRAIN_MS,
+            tokens: Vec::new(),
         }
     }
 }
 
-/// `[sockperf]`: the echo the stock sockperf client drives. Each connection
-/// is served by a dedicated thread with a blocking socket.
+impl std::fmt::Debug for WireConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the tokens themselves: configs end up in logs.
+        f.debug_struct("WireConfig")
+            .field("listener", &self.listener)
+            .field("max_frame", &self.max_frame)
+            .field("subscriber_capacity", &self.subscriber_capacity)
+            .field("overflow", &self.overflow)
+            .field("max_outbound_bytes", &self.max_outbound_bytes)
+            .field("max_subscriptions", &self.max_subscriptions)
+            .field("write_batch", &self.write_batch)
+            .field("drain_ms", &self.drain_ms)
+            .field("tokens", &format_args!("<{} redacted>", self.tokens.len()))
+            .finish()
+    }
+}
+
+/// Reads `tokens`, refusing one that no AUTH frame could carry.
+fn deserialize_tokens<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let tokens = Vec::<String>::deserialize(d)?;
+    for (i, t) in tokens.iter().enumerate() {
+        if t.is_empty() || t.len() > AuthToken::MAX_LEN {
+            return Err(serde::de::Error::custom(format!(
+                "token {} is {} bytes; a token holds 1 to {} bytes",
+                i + 1,
+                t.len(),
+                AuthToken::MAX_LEN
+            )));
+        }
+    }
+    Ok(tokens)
+}
+
+/// `[sockperf]`: the echo the stock sockperf client drives. The listener
+/// block is flattened into the section; `listen` defaults to
+/// 127.0.0.1:11111.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct SockperfConfig {
-    /// Address to bind.
-    pub listen: SocketAddr,
-    /// `false` leaves the listener off.
-    pub enabled: bool,
+    /// The keys every listener shares.
+    #[serde(flatten)]
+    pub listener: ListenerConfig<11111>,
     /// Longest message accepted (header included), bytes.
     pub max_message: usize,
-    /// Most concurrent connections (threads); further ones are closed at once.
-    pub max_connections: usize,
-    /// Spin on a non-blocking socket instead of sleeping in `read` (lower
-    /// latency, one busy core per connection).
-    pub busy_poll: bool,
 }
 
 impl Default for SockperfConfig {
     fn default() -> Self {
         SockperfConfig {
-            listen: "127.0.0.1:11111".parse().expect("literal"),
-            enabled: true,
+            listener: ListenerConfig::default(),
             max_message: DEFAULT_SOCKPERF_MAX_MESSAGE,
-            max_connections: DEFAULT_SOCKPERF_MAX_CONNECTIONS,
-            busy_poll: false,
         }
     }
 }
@@ -108,15 +136,41 @@ mod tests {
     fn an_empty_section_gives_the_defaults() {
         let w: WireConfig = toml::from_str("").unwrap();
         assert_eq!(w, WireConfig::default());
-        assert_eq!(w.listen.port(), 9998);
+        assert_eq!(w.listener.listen.port(), 9998);
         let s: SockperfConfig = toml::from_str("").unwrap();
-        assert_eq!(s.listen.port(), 11111);
+        assert_eq!(s, SockperfConfig::default());
+        assert_eq!(s.listener.listen.port(), 11111);
+    }
+
+    #[test]
+    fn the_listener_block_and_the_protocol_keys_share_the_section() {
+        let w: WireConfig = toml::from_str(
+            "listen = \"0.0.0.0:1\"\nmax_frame = 10\nread_timeout_ms = 5\ntokens = [\"t1\"]\n[tls]\ncert = \"c\"\nkey = \"k\"\n",
+        )
+        .unwrap();
+        assert_eq!(w.listener.listen.port(), 1);
+        assert_eq!(w.listener.read_timeout_ms, 5);
+        assert!(w.listener.tls.is_some());
+        assert_eq!((w.max_frame, w.tokens.clone()), (10, vec!["t1".to_owned()]));
+        let back: WireConfig = toml::from_str(&toml::to_string(&w).unwrap()).unwrap();
+        assert_eq!(back, w);
+    }
+
+    #[test]
+    fn a_token_no_auth_frame_can_carry_is_refused_and_tokens_are_not_debug_printed() {
+        let e = toml::from_str::<WireConfig>("tokens = [\"ok\", \"\"]")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("token 2 is 0 bytes"), "{e}");
+        let long = "x".repeat(AuthToken::MAX_LEN + 1);
+        assert!(toml::from_str::<WireConfig>(&format!("tokens = [\"{long}\"]")).is_err());
+        let w: WireConfig = toml::from_str("tokens = [\"hunter2\"]").unwrap();
+        assert!(!format!("{w:?}").contains("hunter2"));
     }
 
     #[test]
     fn the_overflow_policy_is_spelled_in_kebab_case() {
         let w: WireConfig = toml::from_str("overflow = \"disconnect\"").unwrap();
         assert_eq!(w.overflow, OverflowPolicy::Disconnect);
-        assert!(toml::from_str::<WireConfig>("bogus = 1").is_err());
     }
 }

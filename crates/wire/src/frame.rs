@@ -27,6 +27,11 @@ pub enum FrameType {
     Pong = 0x07,
     /// Server → client: a protocol or request error.
     Error = 0x08,
+    /// Client → server: authenticate with a token (the first frame when the
+    /// server has `[wire] tokens`).
+    Auth = 0x09,
+    /// Server → client: the AUTH was accepted.
+    AuthOk = 0x0a,
 }
 
 impl FrameType {
@@ -41,6 +46,8 @@ impl FrameType {
             0x06 => FrameType::Ping,
             0x07 => FrameType::Pong,
             0x08 => FrameType::Error,
+            0x09 => FrameType::Auth,
+            0x0a => FrameType::AuthOk,
             _ => return None,
         })
     }
@@ -56,6 +63,8 @@ impl FrameType {
             FrameType::Ping => "PING",
             FrameType::Pong => "PONG",
             FrameType::Error => "ERROR",
+            FrameType::Auth => "AUTH",
+            FrameType::AuthOk => "AUTH_OK",
         }
     }
 }
@@ -121,6 +130,12 @@ pub enum ErrorCode {
     /// 9: the connection holds as many subscriptions as the server allows;
     /// the connection stays open.
     TooManySubscriptions,
+    /// 10, fatal: the server requires a token and the connection has not
+    /// presented a valid one (no AUTH first, or a wrong token).
+    Unauthorized,
+    /// 11, fatal: a partly received frame did not complete within the read
+    /// timeout, or the connection was silent for the idle timeout.
+    TimedOut,
     /// A code this implementation does not know (decoded from a newer peer).
     Other(u16),
 }
@@ -138,6 +153,8 @@ impl ErrorCode {
             ErrorCode::OutboundOverflow => 7,
             ErrorCode::ShuttingDown => 8,
             ErrorCode::TooManySubscriptions => 9,
+            ErrorCode::Unauthorized => 10,
+            ErrorCode::TimedOut => 11,
             ErrorCode::Other(c) => c,
         }
     }
@@ -154,6 +171,8 @@ impl ErrorCode {
             7 => ErrorCode::OutboundOverflow,
             8 => ErrorCode::ShuttingDown,
             9 => ErrorCode::TooManySubscriptions,
+            10 => ErrorCode::Unauthorized,
+            11 => ErrorCode::TimedOut,
             c => ErrorCode::Other(c),
         }
     }
@@ -166,6 +185,33 @@ pub struct ErrorFrame {
     pub code: ErrorCode,
     /// The same in words, naming the offending input.
     pub message: String,
+}
+
+/// The secret an AUTH frame carries: 1 to [`AuthToken::MAX_LEN`] bytes.
+/// Its `Debug` form shows only the length, so a logged frame never leaks it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AuthToken(Bytes);
+
+impl AuthToken {
+    /// Longest token, bytes: the AUTH frame a server reads before knowing
+    /// who the client is stays small.
+    pub const MAX_LEN: usize = 256;
+
+    /// Wraps token bytes (the length is checked when encoding and decoding).
+    pub fn new(token: impl Into<Bytes>) -> Self {
+        AuthToken(token.into())
+    }
+
+    /// The token's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for AuthToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AuthToken(<{} bytes>)", self.0.len())
+    }
 }
 
 /// One decoded frame.
@@ -187,6 +233,10 @@ pub enum Frame {
     Pong(u64),
     /// ERROR.
     Error(ErrorFrame),
+    /// AUTH with the client's token.
+    Auth(AuthToken),
+    /// AUTH_OK: the token was accepted.
+    AuthOk,
 }
 
 impl Frame {
@@ -201,6 +251,8 @@ impl Frame {
             Frame::Ping(_) => FrameType::Ping,
             Frame::Pong(_) => FrameType::Pong,
             Frame::Error(_) => FrameType::Error,
+            Frame::Auth(_) => FrameType::Auth,
+            Frame::AuthOk => FrameType::AuthOk,
         }
     }
 }

@@ -1,33 +1,46 @@
-//! The `wire` protocol: length-prefixed binary frames over TCP for publish,
-//! subscribe and echo (the seed-002 latency probe), plus a listener the stock
-//! `sockperf` client can drive. The byte format is specified in `docs/wire.md`.
+//! The `wire` protocol: length-prefixed binary frames over TCP (or TLS) for
+//! publish, subscribe and echo (the AsyncTCP latency probe), plus a listener
+//! the stock `sockperf` client can drive. The byte format is specified in
+//! `docs/wire.md`.
+//!
+//! Both listeners run on the listener core (`tidegate-listener`): accepting,
+//! limits, the allow-list, TLS, timeouts and the byte budget live there, and
+//! this crate holds only codecs, session logic and the client.
 //!
 //! Layout, one job per file:
 //! - [`frame`]: the frame values; [`codec`]: frames to bytes and back (pure);
-//! - [`server`]: the `[wire]` accept loop; `connection`: one connection's
-//!   reader and writer; `outbound`: the reader → writer mailbox;
-//! - [`client`]: an async client (tests, bench);
+//! - [`server`]: the `[wire]` listener; `connection`: one connection's two
+//!   halves, `reader` (decode, authenticate, act) and `writer` (replies and
+//!   subscriber messages), meeting in `outbound`; `auth`: the tokens and
+//!   their constant-time check;
+//! - [`client`]: an async client (tests, bench), plain or TLS, with a token;
 //! - [`sockperf_header`]: the sockperf header and echo rule (pure);
 //!   [`sockperf`]: the `[sockperf]` listener;
 //! - [`config`]: the `[wire]` and `[sockperf]` sections.
 
 #![warn(missing_docs)]
 
+pub mod auth;
 pub mod client;
 pub mod codec;
 pub mod config;
 mod connection;
 pub mod frame;
 mod outbound;
+mod reader;
 pub mod server;
 pub mod sockperf;
 pub mod sockperf_header;
+mod writer;
 
-pub use client::{ClientError, WireClient};
+pub use client::{ClientError, ConnectOptions, WireClient};
 pub use config::{SockperfConfig, WireConfig};
-pub use frame::{Echo, ErrorCode, ErrorFrame, Frame, FrameType};
+pub use frame::{AuthToken, Echo, ErrorCode, ErrorFrame, Frame, FrameType};
 pub use server::WireServer;
 pub use sockperf::SockperfServer;
+/// The listener block flattened into `[wire]` and `[sockperf]` (re-exported
+/// so callers can build configs without depending on the listener crate).
+pub use tidegate_listener::{ListenerConfig, ListenerError};
 /// The shutdown signal the servers' `run` takes (re-exported so callers need
 /// not depend on `tokio-util` themselves).
 pub use tokio_util::sync::CancellationToken;

@@ -72,16 +72,26 @@ pub enum SockperfError {
     },
 }
 
+/// What one call of [`echo_replies`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Echoed {
+    /// Bytes of the input consumed: whole messages only.
+    pub consumed: usize,
+    /// Messages consumed (echoed or not).
+    pub messages: u64,
+}
+
 /// Processes every complete message at the front of `input`: appends the
-/// echo of each that asks for one to `out`, and returns how many bytes of
-/// `input` were consumed (a partial message at the end is left for the next
-/// call). `max_message` bounds the length field.
+/// echo of each that asks for one to `out`, and says how many bytes and
+/// messages of `input` were consumed (a partial message at the end is left
+/// for the next call). `max_message` bounds the length field.
 pub fn echo_replies(
     input: &[u8],
     max_message: usize,
     out: &mut Vec<u8>,
-) -> Result<usize, SockperfError> {
+) -> Result<Echoed, SockperfError> {
     let mut pos = 0;
+    let mut messages = 0;
     while let Some(h) = SockperfHeader::parse(&input[pos..]) {
         let len = h.length as usize;
         if len < HEADER_LEN {
@@ -103,8 +113,12 @@ pub fn echo_replies(
             out[start + 9] &= !(FLAG_CLIENT as u8);
         }
         pos += len;
+        messages += 1;
     }
-    Ok(pos)
+    Ok(Echoed {
+        consumed: pos,
+        messages,
+    })
 }
 
 #[cfg(test)]
@@ -142,7 +156,13 @@ mod tests {
     #[test]
     fn a_pong_request_is_echoed_with_client_cleared() {
         let mut out = Vec::new();
-        assert_eq!(echo_replies(&REQUEST, 1024, &mut out), Ok(16));
+        assert_eq!(
+            echo_replies(&REQUEST, 1024, &mut out),
+            Ok(Echoed {
+                consumed: 16,
+                messages: 1
+            })
+        );
         let mut expected = REQUEST;
         expected[9] = 2;
         assert_eq!(out, expected);
@@ -153,7 +173,7 @@ mod tests {
         let mut m = REQUEST;
         m[9] = (FLAG_CLIENT | FLAG_WARMUP) as u8;
         let mut out = Vec::new();
-        assert_eq!(echo_replies(&m, 1024, &mut out), Ok(16));
+        assert_eq!(echo_replies(&m, 1024, &mut out).unwrap().consumed, 16);
         assert!(out.is_empty());
     }
 
@@ -162,7 +182,13 @@ mod tests {
         let mut two = REQUEST.to_vec();
         two.extend_from_slice(&REQUEST[..10]);
         let mut out = Vec::new();
-        assert_eq!(echo_replies(&two, 1024, &mut out), Ok(16));
+        assert_eq!(
+            echo_replies(&two, 1024, &mut out),
+            Ok(Echoed {
+                consumed: 16,
+                messages: 1
+            })
+        );
         assert_eq!(out.len(), 16);
     }
 

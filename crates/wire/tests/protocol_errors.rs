@@ -7,28 +7,9 @@ mod common;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::TestServer;
+use common::{expect_error_then_close, TestServer};
 use tidegate_hub::Message;
-use tidegate_wire::{ErrorCode, ErrorFrame, Frame, WireClient, WireConfig};
-
-/// Reads until an ERROR (skipping nothing else: any other frame fails) and
-/// checks the connection closes right after it.
-async fn expect_error_then_close(c: &mut WireClient) -> ErrorFrame {
-    let f = tokio::time::timeout(Duration::from_secs(5), c.recv())
-        .await
-        .unwrap();
-    let Ok(Some(Frame::Error(e))) = f else {
-        panic!("expected an ERROR frame, got {f:?}");
-    };
-    let end = tokio::time::timeout(Duration::from_secs(5), c.recv())
-        .await
-        .unwrap();
-    assert!(
-        matches!(end, Ok(None)),
-        "expected the connection to close, got {end:?}"
-    );
-    e
-}
+use tidegate_wire::{ErrorCode, Frame, WireClient, WireConfig};
 
 /// A bystander connection with a live subscription, to show it is unaffected.
 async fn bystander(s: &TestServer) -> WireClient {

@@ -108,12 +108,10 @@ async fn start() -> (
     CancellationToken,
     tokio::task::JoinHandle<std::io::Result<()>>,
 ) {
-    let config = SockperfConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        ..Default::default()
-    };
-    let server = SockperfServer::bind(config).await.unwrap();
-    let addr = server.local_addr().unwrap();
+    let mut config = SockperfConfig::default();
+    config.listener.listen = "127.0.0.1:0".parse().unwrap();
+    let server = SockperfServer::bind(config).unwrap();
+    let addr = server.local_addr();
     let stop = CancellationToken::new();
     let task = tokio::spawn(server.run(Hub::default(), stop.clone()));
     (addr, stop, task)

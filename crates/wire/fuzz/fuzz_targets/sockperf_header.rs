@@ -12,13 +12,14 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(h.to_bytes(), data[..HEADER_LEN]);
     }
     let mut out = Vec::new();
-    let consumed = match echo_replies(data, 4096, &mut out) {
-        Ok(n) => n,
+    let echoed = match echo_replies(data, 4096, &mut out) {
+        Ok(e) => e,
         Err(_) => return,
     };
+    let consumed = echoed.consumed;
     assert!(consumed <= data.len());
     // Walk the consumed messages and check each reply.
-    let (mut pos, mut at) = (0, 0);
+    let (mut pos, mut at, mut messages) = (0, 0, 0);
     while pos < consumed {
         let h = SockperfHeader::parse(&data[pos..]).expect("consumed a whole header");
         let len = h.length as usize;
@@ -32,6 +33,8 @@ fuzz_target!(|data: &[u8]| {
             at += len;
         }
         pos += len;
+        messages += 1;
     }
     assert_eq!(at, out.len());
+    assert_eq!(messages, echoed.messages);
 });

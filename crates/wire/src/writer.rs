@@ -1,0 +1,133 @@
+//! The write side of a `[wire]` connection: takes the replies the reader
+//! queued in [`Outbound`] and the messages waiting in the connection's hub
+//! subscriber, and writes everything pending with one `write_all` per
+//! wake-up.
+//!
+//! The subscriber is created at the first SUBSCRIBE: a connection that only
+//! publishes or echoes never holds a hub queue. Buffers start empty and a
+//! buffer that grew for a burst is released once written, so a quiet
+//! connection holds no write memory.
+
+use bytes::BytesMut;
+use tidegate_hub::{EncodedForm, ListenerMetrics, Subscriber, SubscriberOptions};
+use tidegate_listener::ConnWriter;
+use tokio::io::AsyncWriteExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::codec;
+use crate::connection::ConnectionContext;
+use crate::frame::{ErrorCode, FrameType};
+use crate::outbound::{Control, Outbound};
+
+/// A write buffer with more capacity than this is released after its
+/// bytes are written, so a burst does not pin memory on a quiet connection.
+const KEEP_WRITE_CAPACITY: usize = 16 * 1024;
+
+/// Writes replies and subscriber messages until the connection closes.
+pub(crate) async fn run(
+    mut wr: ConnWriter,
+    out: &Outbound,
+    ctx: &ConnectionContext,
+    metrics: &ListenerMetrics,
+    cancel: &CancellationToken,
+    shutdown: &CancellationToken,
+) {
+    let batch = ctx.config.write_batch.max(1);
+    let mut buf = BytesMut::new();
+    let mut msgs = Vec::new();
+    let mut control = Vec::new();
+    let mut sub: Option<Subscriber> = None;
+    let cancelled = cancel.cancelled();
+    tokio::pin!(cancelled);
+    loop {
+        let mut closing = out.take(&mut buf, &mut control);
+        for c in control.drain(..) {
+            match c {
+                Control::Subscribe(p) => {
+                    let s = sub.get_or_insert_with(|| {
+                        ctx.hub.subscriber(SubscriberOptions {
+                            capacity: ctx.config.subscriber_capacity,
+                            overflow: ctx.config.overflow,
+                        })
+                    });
+                    // Validated by the reader; a failure here cannot happen.
+                    let _ = s.subscribe(&p);
+                }
+                Control::Unsubscribe(p) => {
+                    if let Some(s) = sub.as_mut() {
+                        s.unsubscribe(&p);
+                    }
+                }
+            }
+        }
+        if let Some(s) = &sub {
+            let room = batch.saturating_sub(msgs.len());
+            if let Err(e) = s.try_recv_many(&mut msgs, room) {
+                if msgs.is_empty() {
+                    metrics.error("slow_consumer");
+                    codec::encode_error(ErrorCode::SlowConsumer, &e.to_string(), &mut buf);
+                    closing = true;
+                }
+            }
+        }
+        for m in msgs.drain(..) {
+            // Encoded once per message, whichever of its subscribers' writers
+            // gets there first; the others copy the shared bytes.
+            let frame = m.encoded(EncodedForm::WireMessage, |m| {
+                let mut one = BytesMut::new();
+                codec::encode_message(FrameType::Message, m, &mut one).map(|()| one.freeze())
+            });
+            match frame {
+                Ok(bytes) => buf.extend_from_slice(&bytes),
+                Err(e) => {
+                    metrics.error("unencodable_message");
+                    tracing::debug!("wire: message on {} not deliverable: {e}", m.topic);
+                }
+            }
+        }
+        if !buf.is_empty() {
+            if let Err(e) = wr.write_all(&buf).await {
+                tracing::debug!("wire: write failed: {e}");
+                break;
+            }
+            buf.clear();
+            if buf.capacity() > KEEP_WRITE_CAPACITY {
+                buf = BytesMut::new();
+            }
+        }
+        if closing {
+            break;
+        }
+        tokio::select! {
+            biased;
+            _ = out.notified() => {}
+            _ = &mut cancelled => {
+                if shutdown.is_cancelled() {
+                    out.close_with(|b| {
+                        codec::encode_error(ErrorCode::ShuttingDown, "the server is shutting down", b)
+                    });
+                } else {
+                    out.close();
+                }
+            }
+            _ = recv_some(sub.as_ref(), &mut msgs, batch) => {}
+        }
+    }
+    cancel.cancel();
+    let _ = wr.shutdown().await;
+}
+
+/// Waits for subscriber messages; forever when there is no subscriber yet.
+async fn recv_some(
+    sub: Option<&Subscriber>,
+    msgs: &mut Vec<tidegate_hub::SharedMessage>,
+    batch: usize,
+) {
+    match sub {
+        // An error (overflow) is picked up by the next `try_recv_many`.
+        Some(s) => {
+            let _ = s.recv_many(msgs, batch).await;
+        }
+        None => std::future::pending().await,
+    }
+}
