@@ -114,8 +114,9 @@ pub struct S2sConfig {
     /// The RAW listener: `listen` (default 127.0.0.1:10000), `enabled`
     /// (`false`: discovery advertises no RAW port), `max_connections`,
     /// `idle_timeout_ms` (between requests on a pooled connection),
-    /// `read_timeout_ms` (a partly received message), `tls` (see the module
-    /// documentation), `allow`.
+    /// `read_timeout_ms` (the session applies it to each read inside a
+    /// handshake or transaction), `tls` (see the module documentation),
+    /// `allow`. A `0` timeout is no limit.
     #[serde(flatten)]
     pub listener: S2sListenerConfig,
     /// Host name advertised in discovery and peer lists; clients connect to it.
