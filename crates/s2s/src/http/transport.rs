@@ -31,11 +31,6 @@ use crate::ports::{packet_for, PortRef};
 
 const INPUT: &str = "input-ports";
 const OUTPUT: &str = "output-ports";
-/// Bytes taken from the in-flight budget ahead of each body frame. hyper
-/// hands the body over in frames of what one socket read brought; a larger
-/// frame is covered right after it arrives, before the next one is read.
-const BODY_FRAME_ALLOWANCE: usize = 64 << 10;
-
 /// A `TransactionResultEntity` body with `status`.
 fn result(status: StatusCode, code: ResponseCode, message: impl Into<String>) -> Response {
     let body = json!({ "responseCode": code.byte(), "message": message.into() });
@@ -196,15 +191,18 @@ pub(crate) async fn receive_flow_files(
     let cfg = st.ports.config();
     let t = cfg.read_timeout();
     let mut decoder = PacketDecoder::new(gzip, cfg.packet_limits());
-    // Held while the body is read. The packets then wait in the transaction
-    // table for the client's DELETE, unmetered: the table's data has no
-    // place for the permit yet.
+    // The [http] server takes each body frame's bytes from the in-flight
+    // budget before handing it over and holds them until this handler
+    // answers; `held` adds what decompression makes of them. The packets
+    // then wait in the transaction table for the client's DELETE without a
+    // hold: the table's data has no place for a permit yet.
     let mut held = TransactionBudget::new(st.ports.hub().budget(), t);
     let mut body = req.into_body();
     let mut buf = BytesMut::new();
     let mut crc = crc32fast::Hasher::new();
     let mut packets = Vec::new();
     let mut bytes: u64 = 0;
+    let mut body_bytes: usize = 0;
     let outcome: Result<(), (&'static str, String)> = async {
         loop {
             while let Some((p, n)) = decoder
@@ -213,7 +211,6 @@ pub(crate) async fn receive_flow_files(
             {
                 packets.push(p);
                 bytes += n as u64;
-                held.add_packet(n);
                 release_drained(&mut buf);
                 if packets.len() as u64 > cfg.max_transaction_flowfiles
                     || bytes > cfg.max_transaction_bytes
@@ -234,7 +231,8 @@ pub(crate) async fn receive_flow_files(
                     ),
                 ));
             }
-            held.cover(buf.len() + decoder.held_bytes() + BODY_FRAME_ALLOWANCE)
+            let holding = bytes as usize + decoder.held_bytes() + buf.len();
+            held.cover(holding.saturating_sub(body_bytes))
                 .await
                 .map_err(|e| ("limit", e.to_string()))?;
             match tokio::time::timeout(t, body.frame()).await {
@@ -243,6 +241,7 @@ pub(crate) async fn receive_flow_files(
                 Ok(Some(Err(e))) => return Err(("io", e.to_string())),
                 Ok(Some(Ok(f))) => {
                     if let Ok(d) = f.into_data() {
+                        body_bytes += d.len();
                         buf.extend_from_slice(&d);
                     }
                 }

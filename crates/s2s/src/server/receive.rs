@@ -7,13 +7,13 @@
 //! S: RC 0D  |  RC 0E                       after every FlowFile is acknowledged
 //! ```
 //! `CANCEL` after any packet, EOF, a timeout or a limit rolls back: nothing
-//! reaches the hub before the client's CONFIRM. Everything the transaction
-//! holds is taken from the hub's in-flight byte budget before it is read and
-//! given back when the transaction ends.
+//! reaches the hub before the client's CONFIRM. The bytes of the packets are
+//! taken from the hub's in-flight byte budget before they are read (by the
+//! listener core) and held until the transaction ends, whichever way.
 
-use tokio::io::{AsyncRead, AsyncWrite};
+use tidegate_listener::inbound::DEFAULT_MAX_READ_BYTES;
 
-use crate::frame_io::{QuickAck, TransactionBudget};
+use crate::frame_io::TransactionBudget;
 use tracing::info;
 
 use super::session::Session;
@@ -21,10 +21,7 @@ use super::SessionError;
 use crate::codec::{decode_response, encode_response, DataPacket, PacketDecoder, ResponseCode};
 use crate::ports::InputPort;
 
-pub(crate) async fn run<S: AsyncRead + AsyncWrite + Unpin + QuickAck>(
-    s: &mut Session<S>,
-    port: &InputPort,
-) -> Result<(), SessionError> {
+pub(crate) async fn run(s: &mut Session, port: &InputPort) -> Result<(), SessionError> {
     let cfg = s.ports.config();
     let t = cfg.read_timeout();
     let (max_files, max_bytes) = (cfg.max_transaction_flowfiles, cfg.max_transaction_bytes);
@@ -35,10 +32,8 @@ pub(crate) async fn run<S: AsyncRead + AsyncWrite + Unpin + QuickAck>(
     let mut packets = Vec::new();
     let mut bytes: u64 = 0;
     loop {
-        let room = max_bytes.saturating_sub(bytes);
-        let (packet, n) = read_packet(s, &mut decoder, &mut crc, &mut held, room).await?;
+        let (packet, n) = read_packet(s, &mut decoder, &mut crc, &mut held, bytes).await?;
         bytes += n as u64;
-        held.add_packet(n);
         packets.push(packet);
         if packets.len() as u64 > max_files {
             return Err(SessionError::Limit(format!(
@@ -106,33 +101,44 @@ pub(crate) async fn run<S: AsyncRead + AsyncWrite + Unpin + QuickAck>(
     Ok(())
 }
 
-/// Reads one packet. Before every read the transaction takes what it will
-/// then hold from the budget (waiting while it is spent), and a packet whose
-/// announced size exceeds the `room` left in the transaction is refused
-/// before its bytes arrive.
-async fn read_packet<S: AsyncRead + AsyncWrite + Unpin + QuickAck>(
-    s: &mut Session<S>,
+/// Reads one packet. The budget of every byte it consumes joins the
+/// transaction's `held`, topped up by what decompression adds, before the
+/// next read; a packet whose announced size exceeds the `room` left in the
+/// transaction is refused before its bytes arrive.
+async fn read_packet(
+    s: &mut Session,
     decoder: &mut PacketDecoder,
     crc: &mut crc32fast::Hasher,
     held: &mut TransactionBudget,
-    room: u64,
+    done_bytes: u64,
 ) -> Result<(DataPacket, usize), SessionError> {
     let cfg = s.ports.config();
     let (t, max_bytes) = (cfg.read_timeout(), cfg.max_transaction_bytes);
     loop {
-        if let Some(p) = s.io.next_packet(decoder, crc)? {
-            return Ok(p);
+        let done = s.io.next_packet(decoder, crc);
+        held.keep(s.io.take_consumed());
+        if let Some((packet, n)) = done? {
+            let total = done_bytes as usize + n;
+            held.cover(total).await.map_err(budget_error)?;
+            return Ok((packet, n));
         }
-        if decoder.announced_bytes() > room {
+        if done_bytes + decoder.announced_bytes() > max_bytes {
             return Err(SessionError::Limit(format!(
                 "more than {max_bytes} bytes in one transaction (a packet announces {} bytes)",
                 decoder.announced_bytes()
             )));
         }
-        let size = s.io.packet_read_size(decoder);
-        held.cover(s.io.buffered() + decoder.held_bytes() + size)
+        held.cover(done_bytes as usize + decoder.held_bytes())
             .await
-            .map_err(|e| SessionError::Limit(e.to_string()))?;
+            .map_err(budget_error)?;
+        held.ensure_room(DEFAULT_MAX_READ_BYTES)
+            .map_err(budget_error)?;
+        let size = s.io.packet_read_size(decoder);
         s.io.fill(size, t, "a packet").await?;
     }
+}
+
+/// Counted as `limit`: the in-flight budget is the process-wide one.
+fn budget_error(e: crate::frame_io::BudgetError) -> SessionError {
+    SessionError::Limit(e.to_string())
 }

@@ -1,10 +1,9 @@
 //! One RAW connection, top to bottom: magic, protocol negotiation,
 //! handshake, then requests until `SHUTDOWN`, EOF or an error.
 
-use tokio::io::{AsyncRead, AsyncWrite};
+use std::io;
 
-use crate::frame_io::QuickAck;
-use tidegate_listener::Connection;
+use tidegate_listener::{ConnStream, Connection, Inbound};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -32,8 +31,11 @@ pub(crate) struct Settled {
 }
 
 /// Per-connection state.
-pub(crate) struct Session<S> {
-    pub(crate) io: FrameIo<S>,
+pub(crate) struct Session {
+    /// Read through the listener core's [`Inbound`]: every read takes its
+    /// bytes from the in-flight budget first and obeys the idle and
+    /// partial-message timeouts.
+    pub(crate) io: FrameIo<ConnStream, Inbound>,
     pub(crate) ports: S2sPorts,
     pub(crate) settled: Settled,
     port: Option<PortRef>,
@@ -45,17 +47,16 @@ pub(crate) struct Session<S> {
 /// Serves one accepted connection until it ends; errors are logged and
 /// counted, never propagated.
 pub(crate) async fn serve(conn: Connection, ports: S2sPorts, raw_port: u16) {
-    // TODO(codec): read through `conn.inbound` (budget, idle and
-    // partial-frame timeouts); FrameIo still applies its own timeouts.
     let Connection {
         stream,
         tls,
+        inbound,
         shutdown,
         ..
     } = conn;
     let dn = tls.and_then(|t| t.client_dn);
     let mut s = Session {
-        io: FrameIo::new(stream),
+        io: FrameIo::with_side(stream, inbound),
         ports,
         settled: Settled::default(),
         port: None,
@@ -65,7 +66,10 @@ pub(crate) async fn serve(conn: Connection, ports: S2sPorts, raw_port: u16) {
     };
     let result = s.run(&shutdown).await;
     if let Err(e) = result {
-        s.ports.metrics().error(e.kind());
+        // The listener core counted the timeouts it reports.
+        if !timed_out_in_listener(&e) {
+            s.ports.metrics().error(e.kind());
+        }
         match &e {
             SessionError::Refused(..) | SessionError::BadChecksum(_) => {
                 info!(error = %e, "s2s connection closed")
@@ -78,7 +82,13 @@ pub(crate) async fn serve(conn: Connection, ports: S2sPorts, raw_port: u16) {
     s.io.shutdown().await;
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin + QuickAck> Session<S> {
+/// True for an idle or partial-message timeout of the listener core, which
+/// reaches the session as a `TimedOut` i/o error.
+fn timed_out_in_listener(e: &SessionError) -> bool {
+    matches!(e, SessionError::Io(e) if e.kind() == io::ErrorKind::TimedOut)
+}
+
+impl Session {
     async fn run(&mut self, shutdown: &CancellationToken) -> Result<(), SessionError> {
         let t = self.ports.config().read_timeout();
         self.io.read(decode_magic, t, "magic bytes").await?;
@@ -105,6 +115,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + QuickAck> Session<S> {
                 Err(FrameError::Eof) => return Ok(()),
                 Err(FrameError::Timeout(_)) => {
                     debug!("idle s2s connection timed out");
+                    return Ok(());
+                }
+                Err(FrameError::Io(e)) if e.kind() == io::ErrorKind::TimedOut => {
+                    debug!(error = %e, "s2s connection closed by the listener's timeout");
                     return Ok(());
                 }
                 Err(e) => return Err(e.into()),

@@ -9,22 +9,15 @@
 //! ```
 //! Anything else puts the messages back at the front of the port's queue.
 
-use bytes::BytesMut;
-use tokio::io::{AsyncRead, AsyncWrite};
-
-use crate::frame_io::QuickAck;
-
 use super::session::Session;
 use super::SessionError;
 use crate::codec::{
     decode_response, encode_compressed, encode_packet, encode_response, ResponseCode,
 };
 use crate::ports::{packet_for, OutputPort};
+use bytes::BytesMut;
 
-pub(crate) async fn run<S: AsyncRead + AsyncWrite + Unpin + QuickAck>(
-    s: &mut Session<S>,
-    port: &OutputPort,
-) -> Result<(), SessionError> {
+pub(crate) async fn run(s: &mut Session, port: &OutputPort) -> Result<(), SessionError> {
     let cfg = s.ports.config();
     let mut max = cfg.output_batch_max.max(1);
     if s.settled.batch_count > 0 {
@@ -42,10 +35,7 @@ pub(crate) async fn run<S: AsyncRead + AsyncWrite + Unpin + QuickAck>(
     result
 }
 
-async fn send<S: AsyncRead + AsyncWrite + Unpin + QuickAck>(
-    s: &mut Session<S>,
-    msgs: &[tidegate_hub::SharedMessage],
-) -> Result<(), SessionError> {
+async fn send(s: &mut Session, msgs: &[tidegate_hub::SharedMessage]) -> Result<(), SessionError> {
     let t = s.ports.config().read_timeout();
     let gzip = s.settled.gzip;
     let mut crc = crc32fast::Hasher::new();
