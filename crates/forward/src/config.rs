@@ -1,17 +1,23 @@
-//! `[forward]` configuration section: the listener address, tag → topic
-//! mapping, payload format, security (shared key, users, TLS) and every limit
-//! that bounds what one client can make the server hold.
+//! `[forward]` configuration section: the listener block shared by every
+//! listener (`listen`, `enabled`, `max_connections`, `idle_timeout_ms`,
+//! `read_timeout_ms`, `tls`, `allow`; see [`tidegate_listener::config`]),
+//! then what is Forward's own: tag → topic mapping, payload format, the
+//! shared-key handshake and users, the UDP heartbeat, and every limit that
+//! bounds what one client can make the server hold.
 //!
 //! Each limit is a named constant here, documented once; the server and the
 //! codec read them from [`ForwardConfig`] and never hard-code a number.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+use tidegate_listener::ListenerConfig;
 
-/// Default address: Fluentd's own port, loopback only.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:24224";
+/// Default port: Fluentd's own (TCP, and UDP for heartbeats), on loopback.
+pub const DEFAULT_PORT: u16 = 24224;
+/// Default topic prefix: tag `app.web` becomes topic `logs.app.web`, which
+/// the usual `[[routes]] topics = "logs.>"` sends on.
+pub const DEFAULT_TOPIC_PREFIX: &str = "logs.";
 /// Default largest msgpack value (a whole Forward message) accepted, bytes.
 pub const DEFAULT_MAX_CHUNK_BYTES: usize = 64 * 1024 * 1024;
 /// Default largest decompressed size of one CompressedPackedForward chunk
@@ -20,20 +26,23 @@ pub const DEFAULT_MAX_DECOMPRESSED_BYTES: usize = 256 * 1024 * 1024;
 /// Default deepest msgpack nesting accepted (records inside entries inside
 /// the message count).
 pub const DEFAULT_MAX_DEPTH: usize = 64;
-/// Default maximum simultaneous TCP connections.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 /// Default chunks per connection published but not yet acknowledged; when
 /// reached, the connection stops reading until an ack is sent.
 pub const DEFAULT_MAX_INFLIGHT_CHUNKS: usize = 16;
 /// Default time a chunk may wait for its sinks before the connection is
 /// closed without an ack (Fluentd clients give up after 190 s).
 pub const DEFAULT_ACK_TIMEOUT_MS: u64 = 190_000;
-/// Default time allowed for the TLS and shared-key handshakes.
+/// Default time allowed for the shared-key handshake (HELO → PONG). The TLS
+/// handshake runs before it, under the listener's `read_timeout_ms`.
 pub const DEFAULT_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
 /// Default time in-flight chunks get to be acknowledged at shutdown.
 pub const DEFAULT_SHUTDOWN_DRAIN_MS: u64 = 5_000;
-/// Default size of each socket read, bytes.
+/// Default largest single socket read, bytes. Reads start small and grow
+/// with what arrives, up to this; a quiet connection holds no read buffer.
 pub const DEFAULT_READ_BUFFER_BYTES: usize = 256 * 1024;
+/// An events vector that grew past this many entries (one large chunk) is
+/// released after the chunk, so a connection gone quiet does not keep it.
+pub const KEEP_EVENTS_CAPACITY: usize = 1024;
 
 /// What a published message's payload holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -44,17 +53,6 @@ pub enum PayloadFormat {
     Json,
     /// The record's msgpack bytes exactly as the client sent them.
     Msgpack,
-}
-
-/// `[forward.tls]`: serve TLS on the same port (the whole stream, handshake
-/// included, inside TLS).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsConfig {
-    /// PEM certificate chain.
-    pub cert: PathBuf,
-    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
-    pub key: PathBuf,
 }
 
 /// `[[forward.users]]`: a username and password a client must present in
@@ -69,13 +67,18 @@ pub struct UserConfig {
 }
 
 /// `[forward]`: the Fluentd Forward listener.
+///
+/// Unknown keys: serde cannot combine `flatten` with `deny_unknown_fields`,
+/// so the binary refuses them for the whole file (every key read must come
+/// back when the parsed configuration is written out).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct ForwardConfig {
-    /// Address to bind (TCP, and UDP for heartbeats).
-    pub listen: SocketAddr,
-    /// `false` leaves the listener off.
-    pub enabled: bool,
+    /// The listener block (`listen`, `enabled`, `max_connections`,
+    /// `idle_timeout_ms`, `read_timeout_ms`, `tls`, `allow`), flattened into
+    /// `[forward]`. UDP heartbeats are answered on the same address.
+    #[serde(flatten)]
+    pub listener: ListenerConfig<DEFAULT_PORT>,
     /// Prefix put before the sanitized tag to make the topic
     /// (`"logs."` turns tag `app.web` into topic `logs.app.web`).
     pub topic_prefix: String,
@@ -92,25 +95,21 @@ pub struct ForwardConfig {
     /// Users accepted in the handshake (none: no user authentication).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub users: Vec<UserConfig>,
-    /// TLS certificate and key; absent means plain TCP.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls: Option<TlsConfig>,
     /// Largest single msgpack/JSON value (one Forward message), bytes.
     pub max_chunk_bytes: usize,
     /// Largest decompressed CompressedPackedForward chunk, bytes.
     pub max_decompressed_bytes: usize,
     /// Deepest nesting of msgpack containers.
     pub max_depth: usize,
-    /// Simultaneous TCP connections; one more is closed at once and counted.
-    pub max_connections: usize,
     /// Chunks awaiting their ack per connection before reading pauses.
     pub max_inflight_chunks: usize,
     /// How long a chunk may wait for its sinks before the connection is
     /// closed without an ack, milliseconds.
     pub ack_timeout_ms: u64,
-    /// Time allowed for the TLS and shared-key handshakes, milliseconds.
+    /// Time allowed for the shared-key handshake, milliseconds.
     pub handshake_timeout_ms: u64,
-    /// Bytes requested per socket read.
+    /// Largest single socket read, bytes (reads start at 4 KiB and grow
+    /// with what arrives).
     pub read_buffer_bytes: usize,
     /// At shutdown, how long connections wait for pending acks, milliseconds.
     pub shutdown_drain_ms: u64,
@@ -119,19 +118,16 @@ pub struct ForwardConfig {
 impl Default for ForwardConfig {
     fn default() -> Self {
         ForwardConfig {
-            listen: DEFAULT_LISTEN.parse().expect("literal"),
-            enabled: true,
-            topic_prefix: String::new(),
+            listener: ListenerConfig::default(),
+            topic_prefix: DEFAULT_TOPIC_PREFIX.to_owned(),
             payload: PayloadFormat::Json,
             udp_heartbeat: true,
             shared_key: None,
             self_hostname: "tidegate".to_owned(),
             users: Vec::new(),
-            tls: None,
             max_chunk_bytes: DEFAULT_MAX_CHUNK_BYTES,
             max_decompressed_bytes: DEFAULT_MAX_DECOMPRESSED_BYTES,
             max_depth: DEFAULT_MAX_DEPTH,
-            max_connections: DEFAULT_MAX_CONNECTIONS,
             max_inflight_chunks: DEFAULT_MAX_INFLIGHT_CHUNKS,
             ack_timeout_ms: DEFAULT_ACK_TIMEOUT_MS,
             handshake_timeout_ms: DEFAULT_HANDSHAKE_TIMEOUT_MS,
@@ -142,6 +138,14 @@ impl Default for ForwardConfig {
 }
 
 impl ForwardConfig {
+    /// The defaults, listening on `addr` (tests use `127.0.0.1:0`).
+    pub fn on(addr: SocketAddr) -> Self {
+        ForwardConfig {
+            listener: ListenerConfig::on(addr),
+            ..Default::default()
+        }
+    }
+
     /// The codec limits this configuration sets.
     pub fn limits(&self) -> crate::codec::Limits {
         crate::codec::Limits {
@@ -156,15 +160,66 @@ impl ForwardConfig {
 mod tests {
     use super::*;
 
-    #[test]
-    fn an_empty_section_gives_the_defaults() {
-        let c: ForwardConfig = serde_json::from_str("{}").unwrap();
-        assert_eq!(c, ForwardConfig::default());
-        assert_eq!(c.listen.port(), 24224);
+    fn parse(text: &str) -> Result<ForwardConfig, String> {
+        let de = toml::Deserializer::new(text);
+        serde_path_to_error::deserialize(de).map_err(|e| format!("{}: {}", e.path(), e.inner()))
     }
 
     #[test]
-    fn unknown_keys_are_refused() {
-        assert!(serde_json::from_str::<ForwardConfig>(r#"{"listne":"x"}"#).is_err());
+    fn an_empty_section_gives_the_defaults() {
+        let c = parse("").unwrap();
+        assert_eq!(c, ForwardConfig::default());
+        assert_eq!(c.listener.listen.to_string(), "127.0.0.1:24224");
+        assert!(c.listener.enabled);
+        assert_eq!(c.topic_prefix, "logs.");
+    }
+
+    #[test]
+    fn the_listener_block_is_read_from_the_section_itself() {
+        let c = parse(
+            "listen = \"0.0.0.0:5170\"\nmax_connections = 7\nread_timeout_ms = 500\n\
+             allow = [\"10.0.0.0/8\"]\ntopic_prefix = \"\"\nshared_key = \"k\"\n\
+             [tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\n\
+             [[users]]\nusername = \"u\"\npassword = \"p\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.listener.listen.port(), 5170);
+        assert_eq!(c.listener.max_connections, 7);
+        assert_eq!(c.listener.read_timeout_ms, 500);
+        assert_eq!(c.listener.allow.len(), 1);
+        assert_eq!(c.listener.tls.as_ref().unwrap().key.to_str(), Some("k.pem"));
+        assert_eq!(c.topic_prefix, "");
+        assert_eq!(c.users.len(), 1);
+        // What `tidegate config` prints reads back the same.
+        let text = toml::to_string(&c).unwrap();
+        assert_eq!(parse(&text).unwrap(), c, "{text}");
+    }
+
+    #[test]
+    fn every_key_read_is_written_back() {
+        // The binary's unknown-key check relies on it: a key missing from
+        // the written-out section is reported as unknown.
+        let text = "listen = \"127.0.0.1:1\"\nenabled = false\nmax_connections = 3\n\
+                    idle_timeout_ms = 4\nread_timeout_ms = 5\nallow = [\"::1/128\"]\n\
+                    topic_prefix = \"x.\"\npayload = \"msgpack\"\nudp_heartbeat = false\n\
+                    shared_key = \"k\"\nself_hostname = \"h\"\nmax_chunk_bytes = 6\n\
+                    max_decompressed_bytes = 7\nmax_depth = 8\nmax_inflight_chunks = 9\n\
+                    ack_timeout_ms = 10\nhandshake_timeout_ms = 11\n\
+                    read_buffer_bytes = 12\nshutdown_drain_ms = 13\n\
+                    [tls]\ncert = \"c\"\nkey = \"k\"\nclient_ca = \"ca\"\nclient_auth = \"optional\"\n\
+                    [[users]]\nusername = \"u\"\npassword = \"p\"\n";
+        let input: toml::Table = toml::from_str(text).unwrap();
+        let written = toml::Table::try_from(parse(text).unwrap()).unwrap();
+        for key in input.keys() {
+            assert_eq!(written.get(key), input.get(key), "{key}");
+        }
+        // And a misspelt key is not taken for a known one.
+        assert_eq!(parse("listne = \"x\"\n").unwrap(), ForwardConfig::default());
+    }
+
+    #[test]
+    fn a_bad_listener_value_is_an_error() {
+        let e = parse("listen = \"not an address\"\n").unwrap_err();
+        assert!(e.contains("address"), "{e}");
     }
 }

@@ -1,15 +1,20 @@
-//! One Forward connection, from its first byte to its close: the optional
-//! shared-key handshake, then read → decode → publish → ack.
+//! One Forward connection's session, from its first byte to its close: the
+//! optional shared-key handshake, then read → decode → publish → ack. The
+//! listener core ([`tidegate_listener`]) has already accepted the socket,
+//! checked the allow-list and the connection limit, and run TLS; every read
+//! goes through the connection's [`Inbound`], which applies the idle and
+//! partial-frame timeouts and draws the bytes from the hub's in-flight
+//! budget.
 //!
 //! Every event becomes one hub message; a chunk's events share one
 //! [`AckGroup`], and the `{"ack": chunk}` is written only once the group
 //! completed successfully. A failed group is never acked: the connection is
-//! closed so the client retries elsewhere or later. At most
-//! `max_inflight_chunks` chunks wait for their acks; while that many wait,
-//! the connection does not read, so a stalled sink holds the client back
-//! instead of growing memory.
+//! closed so the client retries elsewhere or later. Each chunk's bytes stay
+//! taken from the budget (its [`BudgetPermit`]) until its ack is written or
+//! it failed. At most `max_inflight_chunks` chunks wait for their acks; while
+//! that many wait, or while the budget is spent, the connection does not
+//! read, so a stalled sink holds the client back instead of growing memory.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,8 +23,12 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use thiserror::Error;
-use tidegate_hub::{AckGroup, DeliveryError, Hub, ListenerMetrics, Message, PublishError};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tidegate_hub::{
+    AckGroup, BudgetPermit, DeliveryError, Hub, ListenerMetrics, Message, PublishError,
+};
+use tidegate_listener::inbound::{KEEP_CAPACITY_BYTES, MIN_READ_BYTES};
+use tidegate_listener::{Connection, Inbound, ReadError, ReadReady};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::codec::decoder::Syntax;
@@ -27,10 +36,15 @@ use crate::codec::encode::write_ack;
 use crate::codec::json::json_ack;
 use crate::codec::transcode::{json_to_msgpack, msgpack_to_json};
 use crate::codec::{DecodeError, Event, ForwardDecoder, Frame, FrameKind, Limits, RecordBytes};
-use crate::config::{ForwardConfig, PayloadFormat};
+use crate::config::{ForwardConfig, PayloadFormat, KEEP_EVENTS_CAPACITY};
 use crate::handshake::{pong_refusal, ServerHandshake};
 use crate::metrics::ForwardCounters;
 use crate::topic::TopicMapper;
+
+/// Largest PING accepted in the shared-key handshake, bytes (a real one is
+/// a few hundred): an unauthenticated client cannot make the server buffer
+/// a chunk-sized value.
+pub const MAX_PING_BYTES: usize = 64 * 1024;
 
 /// Why a connection was closed by the server.
 #[derive(Debug, Error)]
@@ -38,6 +52,13 @@ pub enum ConnectionError {
     /// Reading or writing the socket failed.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    /// The listener's idle or partial-frame timeout closed the connection
+    /// (already counted by the listener core).
+    #[error(transparent)]
+    Timeout(ReadError),
+    /// The client did not read its acks for the idle timeout.
+    #[error("client read nothing for {0:?}: closed")]
+    WriteTimeout(Duration),
     /// The stream broke the protocol or a limit.
     #[error(transparent)]
     Decode(#[from] DecodeError),
@@ -63,11 +84,22 @@ pub enum ConnectionError {
     Publish(#[from] PublishError),
 }
 
+impl From<ReadError> for ConnectionError {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Io(e) => ConnectionError::Io(e),
+            timeout => ConnectionError::Timeout(timeout),
+        }
+    }
+}
+
 impl ConnectionError {
     /// The kind counted in the listener's error metrics.
     pub fn kind(&self) -> &'static str {
         match self {
             ConnectionError::Io(_) => "io",
+            ConnectionError::Timeout(e) => e.kind(),
+            ConnectionError::WriteTimeout(_) => "write_timeout",
             ConnectionError::Decode(e) => e.kind(),
             ConnectionError::Handshake(_) => "auth_failed",
             ConnectionError::HandshakeTimeout => "handshake_timeout",
@@ -75,6 +107,11 @@ impl ConnectionError {
             ConnectionError::AckTimeout(_) => "ack_timeout",
             ConnectionError::Publish(_) => "publish_refused",
         }
+    }
+
+    /// True when the listener core counted it already (its read timeouts).
+    fn counted_by_listener(&self) -> bool {
+        matches!(self, ConnectionError::Timeout(_))
     }
 }
 
@@ -87,90 +124,127 @@ pub struct ServerContext {
     pub config: ForwardConfig,
     /// Codec limits from the config.
     pub limits: Limits,
-    /// Connection and error counters of the `forward` listener.
-    pub metrics: ListenerMetrics,
     /// Event and chunk counters.
     pub counters: ForwardCounters,
     /// The handshake, when a shared key is configured.
     pub handshake: Option<ServerHandshake>,
 }
 
-type AckFuture = BoxFuture<'static, (String, Result<(), ConnectionError>)>;
+/// A chunk whose wait for its sinks ended, with the budget its bytes hold.
+struct ChunkDone {
+    chunk: String,
+    result: Result<(), ConnectionError>,
+    permit: BudgetPermit,
+}
 
-/// Serves one connection until it closes, fails or `shutdown` fires.
+type AckFuture = BoxFuture<'static, ChunkDone>;
+
+/// The session the listener core runs for each accepted connection: serves
+/// it until it closes, fails or shutdown, counting and logging why it ended.
+pub async fn run_session(conn: Connection, ctx: Arc<ServerContext>) {
+    let Connection {
+        mut stream,
+        inbound,
+        shutdown,
+        metrics,
+        ..
+    } = conn;
+    let mut inbound = inbound.with_max_read(ctx.config.read_buffer_bytes);
+    let served = serve_connection(&mut stream, &mut inbound, &ctx, &metrics, shutdown).await;
+    if let Err(e) = served {
+        if !e.counted_by_listener() {
+            metrics.error(e.kind());
+        }
+        match &e {
+            ConnectionError::Io(_) | ConnectionError::Timeout(_) => {
+                tracing::debug!(error = %e, "forward: connection ended")
+            }
+            _ => tracing::warn!(error = %e, "forward: connection closed"),
+        }
+    }
+}
+
+/// Serves one connection until it closes, fails or `shutdown` fires. Every
+/// read goes through `inbound`.
 pub async fn serve_connection<S>(
-    mut stream: S,
-    peer: SocketAddr,
-    ctx: Arc<ServerContext>,
+    stream: &mut S,
+    inbound: &mut Inbound,
+    ctx: &ServerContext,
+    metrics: &ListenerMetrics,
     shutdown: CancellationToken,
 ) -> Result<(), ConnectionError>
 where
-    S: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + ReadReady + Unpin,
 {
     let cfg = &ctx.config;
-    let mut buf = BytesMut::with_capacity(cfg.read_buffer_bytes);
+    let write_timeout = inbound.idle_timeout();
+    let mut buf = BytesMut::new();
     if let Some(hs) = &ctx.handshake {
-        let timeout = Duration::from_millis(cfg.handshake_timeout_ms);
-        tokio::time::timeout(timeout, handshake(&mut stream, &mut buf, hs, ctx.limits))
+        let limit = Duration::from_millis(cfg.handshake_timeout_ms);
+        let shaking = handshake(stream, inbound, &mut buf, hs, ctx.limits, write_timeout);
+        tokio::time::timeout(limit, shaking)
             .await
             .map_err(|_| ConnectionError::HandshakeTimeout)??;
     }
-    let mut conn = Connection {
-        ctx: ctx.clone(),
+    let mut s = Session {
+        ctx,
+        metrics,
         decoder: ForwardDecoder::new(ctx.limits),
         events: Vec::new(),
         topics: TopicMapper::new(&cfg.topic_prefix),
         inflight: FuturesUnordered::new(),
         out: Vec::new(),
+        written: Vec::new(),
         failure: None,
+        write_timeout,
     };
     let max_inflight = cfg.max_inflight_chunks.max(1);
     let mut eof = false;
     loop {
-        while conn.inflight.len() < max_inflight {
-            conn.events.clear();
-            let Some(frame) = decode_next(&mut conn.decoder, &mut buf, &mut conn.events)? else {
+        while s.inflight.len() < max_inflight {
+            let Some((frame, permit)) = s.next_frame(&mut buf, inbound)? else {
                 break;
             };
-            conn.handle_frame(frame, peer).await?;
+            s.handle_frame(frame, permit).await?;
         }
-        if eof && conn.inflight.len() < max_inflight {
+        release_spare_capacity(&mut buf);
+        if eof && s.inflight.len() < max_inflight {
             // The peer finished sending; answer what is still pending.
             if !buf.is_empty() {
-                ctx.metrics.error("truncated");
-                tracing::debug!(%peer, bytes = buf.len(), "forward: connection closed mid-message");
+                metrics.error("truncated");
+                tracing::debug!(bytes = buf.len(), "forward: connection closed mid-message");
             }
-            while let Some((chunk, res)) = conn.inflight.next().await {
-                conn.queue_ack(&chunk, res);
+            while let Some(done) = s.inflight.next().await {
+                s.queue_ack(done);
             }
-            conn.flush(&mut stream).await?;
-            return conn.take_failure();
+            s.flush(stream).await?;
+            return s.take_failure();
         }
-        let can_read = !eof && conn.inflight.len() < max_inflight;
+        let can_read = !eof && s.inflight.len() < max_inflight;
         tokio::select! {
             biased;
             _ = shutdown.cancelled() => {
                 let grace = Duration::from_millis(cfg.shutdown_drain_ms);
                 let drain = async {
-                    while let Some((chunk, res)) = conn.inflight.next().await {
-                        conn.queue_ack(&chunk, res);
+                    while let Some(done) = s.inflight.next().await {
+                        s.queue_ack(done);
                     }
                 };
                 let _ = tokio::time::timeout(grace, drain).await;
-                conn.flush(&mut stream).await?;
-                return conn.take_failure();
+                s.flush(stream).await?;
+                return s.take_failure();
             }
-            Some((chunk, res)) = conn.inflight.next(), if !conn.inflight.is_empty() => {
-                conn.queue_ack(&chunk, res);
+            Some(done) = s.inflight.next(), if !s.inflight.is_empty() => {
+                s.queue_ack(done);
                 // Batch every other ack already done into the same write.
-                while let Some(Some((chunk, res))) = conn.inflight.next().now_or_never() {
-                    conn.queue_ack(&chunk, res);
+                while let Some(Some(done)) = s.inflight.next().now_or_never() {
+                    s.queue_ack(done);
                 }
                 // Delivered chunks are acked even when another one failed.
-                conn.flush(&mut stream).await?;
-                conn.take_failure()?;
+                s.flush(stream).await?;
+                s.take_failure()?;
             }
-            r = read_more(&mut stream, &mut buf, cfg.read_buffer_bytes, conn.decoder.needed()), if can_read => {
+            r = inbound.read(stream, &mut buf), if can_read => {
                 if r? == 0 {
                     eof = true;
                 }
@@ -179,31 +253,37 @@ where
     }
 }
 
+/// A buffer left holding only the start of the next value, but sized for
+/// the burst before it, is copied into one that fits: a connection that
+/// goes quiet mid-frame keeps a few KiB, not its largest read. (The
+/// listener core releases a buffer that is empty.)
+fn release_spare_capacity(buf: &mut BytesMut) {
+    if buf.capacity() > KEEP_CAPACITY_BYTES && buf.len() <= MIN_READ_BYTES && !buf.is_empty() {
+        *buf = BytesMut::from(&buf[..]);
+    }
+}
+
 /// Values above this size (or gzip-compressed ones, which may inflate to
 /// `max_decompressed_bytes`) are decoded inside `block_in_place`.
 const BLOCKING_DECODE_BYTES: usize = 4 * 1024 * 1024;
 
-/// Cuts and decodes the next frame. A value that may take long to decode (a
-/// large chunk, or any gzip chunk) is decoded inside `block_in_place` when the
-/// runtime has several workers, so other connections keep being served.
-fn decode_next(
-    decoder: &mut ForwardDecoder,
-    buf: &mut BytesMut,
+/// Decodes one complete value. A value that may take long to decode (a
+/// large chunk, or any gzip chunk) is decoded inside `block_in_place` when
+/// the runtime has several workers, so other connections keep being served.
+fn decode_value(
+    decoder: &ForwardDecoder,
+    value: &Bytes,
     events: &mut Vec<Event>,
-) -> Result<Option<Frame>, DecodeError> {
+) -> Result<Frame, DecodeError> {
     use tokio::runtime::{Handle, RuntimeFlavor};
-    let Some(value) = decoder.next_value(buf)? else {
-        return Ok(None);
-    };
-    let slow = value.len() >= BLOCKING_DECODE_BYTES || names_gzip(&value);
+    let slow = value.len() >= BLOCKING_DECODE_BYTES || names_gzip(value);
     let multi =
         || Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
-    let frame = if slow && multi() {
-        tokio::task::block_in_place(|| decoder.decode_value(&value, events))
+    if slow && multi() {
+        tokio::task::block_in_place(|| decoder.decode_value(value, events))
     } else {
-        decoder.decode_value(&value, events)
-    }?;
-    Ok(Some(frame))
+        decoder.decode_value(value, events)
+    }
 }
 
 /// Whether the option map at the end of a message says `"gzip"` (a cheap
@@ -213,54 +293,60 @@ fn names_gzip(value: &[u8]) -> bool {
     tail.windows(5).any(|w| w == b"\xa4gzip")
 }
 
-/// Reads once into `buf`, growing it for at least `chunk` bytes or up to
-/// `need` (the decoder's hint for a large value in progress).
-async fn read_more<S: AsyncRead + Unpin>(
+/// Writes `bytes` and flushes, giving up when the client reads nothing for
+/// `limit` (a client that never reads its acks must not hold the session).
+async fn write_timed<S: AsyncWrite + Unpin>(
     stream: &mut S,
-    buf: &mut BytesMut,
-    chunk: usize,
-    need: usize,
-) -> std::io::Result<usize> {
-    let want = chunk.max(need.saturating_sub(buf.len()));
-    if buf.capacity() - buf.len() < chunk.min(want) {
-        buf.reserve(want);
+    bytes: &[u8],
+    limit: Option<Duration>,
+) -> Result<(), ConnectionError> {
+    let write = async {
+        stream.write_all(bytes).await?;
+        stream.flush().await
+    };
+    match limit {
+        None => Ok(write.await?),
+        Some(limit) => match tokio::time::timeout(limit, write).await {
+            Ok(r) => Ok(r?),
+            Err(_) => Err(ConnectionError::WriteTimeout(limit)),
+        },
     }
-    stream.read_buf(buf).await
 }
 
 /// Runs the server side of HELO / PING / PONG.
 async fn handshake<S>(
     stream: &mut S,
+    inbound: &mut Inbound,
     buf: &mut BytesMut,
     hs: &ServerHandshake,
     limits: Limits,
+    write_timeout: Option<Duration>,
 ) -> Result<(), ConnectionError>
 where
-    S: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + ReadReady + Unpin,
 {
     let (helo, bytes) = hs.helo();
-    stream.write_all(&bytes).await?;
-    stream.flush().await?;
-    let mut decoder = ForwardDecoder::msgpack_only(limits);
+    write_timed(stream, &bytes, write_timeout).await?;
+    let mut decoder = ForwardDecoder::msgpack_only(Limits {
+        max_frame_bytes: limits.max_frame_bytes.min(MAX_PING_BYTES),
+        ..limits
+    });
+    // The PING's bytes are consumed, not taken: they go back to the budget
+    // at the next read.
     let ping = loop {
         if let Some(v) = decoder.next_value(buf)? {
             break v;
         }
-        if read_more(stream, buf, 4096, decoder.needed()).await? == 0 {
+        if inbound.read(stream, buf).await? == 0 {
             return Err(ConnectionError::Handshake(
                 "connection closed before PING".into(),
             ));
         }
     };
     match hs.answer_ping(&helo, &ping) {
-        Ok(pong) => {
-            stream.write_all(&pong).await?;
-            stream.flush().await?;
-            Ok(())
-        }
+        Ok(pong) => write_timed(stream, &pong, write_timeout).await,
         Err(reason) => {
-            stream.write_all(&pong_refusal(&reason)).await?;
-            stream.flush().await?;
+            write_timed(stream, &pong_refusal(&reason), write_timeout).await?;
             let _ = stream.shutdown().await;
             Err(ConnectionError::Handshake(reason))
         }
@@ -268,29 +354,54 @@ where
 }
 
 /// The state of one connection past its handshake.
-struct Connection {
-    ctx: Arc<ServerContext>,
+struct Session<'a> {
+    ctx: &'a ServerContext,
+    metrics: &'a ListenerMetrics,
     decoder: ForwardDecoder,
     events: Vec<Event>,
     topics: TopicMapper,
     inflight: FuturesUnordered<AckFuture>,
+    /// Acks not yet written.
     out: Vec<u8>,
+    /// The budget of the chunks whose acks are in `out`: released once
+    /// those acks are written.
+    written: Vec<BudgetPermit>,
     failure: Option<ConnectionError>,
+    write_timeout: Option<Duration>,
 }
 
-impl Connection {
-    /// Publishes a frame's events; a chunk's wait joins `inflight`.
+impl Session<'_> {
+    /// Cuts and decodes the next frame, taking the budget of its bytes from
+    /// `inbound`; `Ok(None)` when more bytes are needed.
+    fn next_frame(
+        &mut self,
+        buf: &mut BytesMut,
+        inbound: &mut Inbound,
+    ) -> Result<Option<(Frame, BudgetPermit)>, DecodeError> {
+        self.events.clear();
+        let Some(value) = self.decoder.next_value(buf)? else {
+            return Ok(None);
+        };
+        let permit = inbound.take(value.len());
+        self.metrics.frames_in(1);
+        let frame = decode_value(&self.decoder, &value, &mut self.events)?;
+        Ok(Some((frame, permit)))
+    }
+
+    /// Publishes a frame's events; a chunk's wait joins `inflight`, holding
+    /// `permit` until its ack is written. Without a chunk the bytes go back
+    /// to the budget once published.
     async fn handle_frame(
         &mut self,
         frame: Frame,
-        peer: SocketAddr,
+        permit: BudgetPermit,
     ) -> Result<(), ConnectionError> {
-        let ctx = &*self.ctx;
+        let ctx = self.ctx;
         match frame.kind {
             FrameKind::Heartbeat => return Ok(()),
             FrameKind::Invalid(why) => {
-                ctx.metrics.error("invalid_message");
-                tracing::debug!(%peer, why, "forward: skipped a value that is no Forward message");
+                self.metrics.error("invalid_message");
+                tracing::debug!(why, "forward: skipped a value that is no Forward message");
                 return Ok(());
             }
             FrameKind::Events => {}
@@ -299,8 +410,11 @@ impl Connection {
             ctx.counters
                 .invalid_events
                 .inc_by(u64::from(frame.invalid_events));
-            ctx.metrics.error("invalid_event");
-            tracing::debug!(%peer, count = frame.invalid_events, "forward: skipped invalid events");
+            self.metrics.error("invalid_event");
+            tracing::debug!(
+                count = frame.invalid_events,
+                "forward: skipped invalid events"
+            );
         }
         let group = frame.chunk.as_ref().map(|_| AckGroup::new());
         match self.topics.topic_for(&frame.tag) {
@@ -311,16 +425,19 @@ impl Connection {
                 ctx.counters.events.inc_by(n);
             }
             Err(e) => {
-                ctx.metrics.error("bad_tag");
+                self.metrics.error("bad_tag");
                 ctx.counters.invalid_events.inc_by(self.events.len() as u64);
-                tracing::debug!(%peer, error = %e, "forward: tag cannot become a topic; events skipped");
+                tracing::debug!(error = %e, "forward: tag cannot become a topic; events skipped");
             }
+        }
+        if self.events.capacity() > KEEP_EVENTS_CAPACITY {
+            self.events = Vec::new();
         }
         if let (Some(chunk), Some(group)) = (frame.chunk, group) {
             let timeout = Duration::from_millis(ctx.config.ack_timeout_ms);
             self.inflight.push(
                 async move {
-                    let res = match tokio::time::timeout(timeout, group.wait()).await {
+                    let result = match tokio::time::timeout(timeout, group.wait()).await {
                         Ok(Ok(())) => Ok(()),
                         Ok(Err(error)) => Err(ConnectionError::Delivery {
                             chunk: chunk.clone(),
@@ -328,7 +445,11 @@ impl Connection {
                         }),
                         Err(_) => Err(ConnectionError::AckTimeout(chunk.clone())),
                     };
-                    (chunk, res)
+                    ChunkDone {
+                        chunk,
+                        result,
+                        permit,
+                    }
                 }
                 .boxed(),
             );
@@ -337,20 +458,22 @@ impl Connection {
     }
 
     /// Queues the ack of a chunk whose wait ended well; a failed chunk is
-    /// never acked and its error, once the acks of the others are written,
-    /// ends the connection ([`Self::take_failure`]).
-    fn queue_ack(&mut self, chunk: &str, res: Result<(), ConnectionError>) {
-        if let Err(e) = res {
+    /// never acked (its budget goes back at once) and its error, once the
+    /// acks of the others are written, ends the connection
+    /// ([`Self::take_failure`]).
+    fn queue_ack(&mut self, done: ChunkDone) {
+        if let Err(e) = done.result {
             self.ctx.counters.chunks_failed.inc();
             self.failure.get_or_insert(e);
             return;
         }
         self.ctx.counters.chunks_acked.inc();
         if self.decoder.syntax() == Syntax::Json {
-            self.out.extend_from_slice(&json_ack(chunk));
+            self.out.extend_from_slice(&json_ack(&done.chunk));
         } else {
-            write_ack(&mut self.out, chunk);
+            write_ack(&mut self.out, &done.chunk);
         }
+        self.written.push(done.permit);
     }
 
     /// The first delivery failure seen, which closes the connection.
@@ -361,15 +484,16 @@ impl Connection {
         }
     }
 
+    /// Writes the queued acks, then releases those chunks' budget.
     async fn flush<S: AsyncWrite + Unpin>(
         &mut self,
         stream: &mut S,
     ) -> Result<(), ConnectionError> {
         if !self.out.is_empty() {
-            stream.write_all(&self.out).await?;
-            stream.flush().await?;
+            write_timed(stream, &self.out, self.write_timeout).await?;
             self.out.clear();
         }
+        self.written.clear();
         Ok(())
     }
 }

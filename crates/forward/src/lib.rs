@@ -4,8 +4,11 @@
 //! and a client speaking the same protocol (tests, load generator, interop).
 //!
 //! - [`codec`]: bytes ↔ frames and events, pure.
-//! - [`server`]: accept loop, limits, TLS, UDP heartbeat.
-//! - [`connection`]: one connection: handshake, decode, publish, ack.
+//! - [`server`]: the `[forward]` listener on the listener core
+//!   (`tidegate-listener`: accept, limits, allow-list, TLS, timeouts, byte
+//!   budget), plus the UDP heartbeat.
+//! - [`connection`]: one connection's session: handshake, decode, publish,
+//!   ack.
 //! - [`handshake`]: HELO / PING / PONG.
 //! - [`client`]: the sending side.
 
@@ -23,5 +26,6 @@ pub mod tls;
 pub mod topic;
 
 pub use client::{ClientAuth, ClientOptions, ClientTls, ForwardClient};
-pub use config::{ForwardConfig, PayloadFormat, TlsConfig, UserConfig};
+pub use config::{ForwardConfig, PayloadFormat, UserConfig};
 pub use server::ForwardServer;
+pub use tidegate_listener::{ListenerConfig, TlsConfig};

@@ -1,174 +1,121 @@
-//! The `[forward]` listener: accepts TCP connections (optionally TLS), caps
-//! their number, answers UDP heartbeats on the same port, and runs each
-//! connection ([`crate::connection`]) until shutdown, then gives in-flight
-//! chunks a bounded time to be acknowledged.
+//! The `[forward]` listener: the listener core ([`Listener`]) accepts, applies
+//! the connection limit, the allow-list, TLS and the read/idle timeouts, and
+//! hands every connection to the Forward session ([`crate::connection`]).
+//! What stays here is Forward's own: the UDP heartbeat on the same address,
+//! and the context every session shares.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tidegate_hub::Hub;
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
-use tokio::sync::Semaphore;
-use tokio_rustls::TlsAcceptor;
+use tidegate_listener::{Listener, ListenerError};
+use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use crate::connection::{serve_connection, ConnectionError, ServerContext};
+use crate::connection::{run_session, ServerContext};
 use crate::handshake::ServerHandshake;
 use crate::metrics::ForwardCounters;
 use crate::ForwardConfig;
 
-/// Name of this listener in metrics.
+/// Name of this listener in metrics, logs and errors (the config section).
 pub const LISTENER_NAME: &str = "forward";
 
+/// Time the listener core waits for sessions at shutdown beyond
+/// `shutdown_drain_ms` (sessions flush their last acks and close).
+const DRAIN_SLACK: Duration = Duration::from_secs(1);
+
 /// A bound `[forward]` listener, ready to serve.
+#[derive(Debug)]
 pub struct ForwardServer {
-    listener: TcpListener,
+    listener: Listener,
     udp: Option<UdpSocket>,
-    tls: Option<TlsAcceptor>,
     config: ForwardConfig,
 }
 
-impl std::fmt::Debug for ForwardServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ForwardServer")
-            .field("listen", &self.listener.local_addr().ok())
-            .field("tls", &self.tls.is_some())
-            .finish()
-    }
-}
-
 impl ForwardServer {
-    /// Binds `config.listen` (port 0 picks a free port) for TCP and, unless
-    /// disabled, the same port for UDP heartbeats; loads the TLS files.
-    pub async fn bind(config: ForwardConfig) -> std::io::Result<Self> {
-        let tls = match &config.tls {
-            Some(t) => Some(TlsAcceptor::from(crate::tls::server_config(t)?)),
-            None => None,
-        };
-        let listener = TcpListener::bind(config.listen).await?;
+    /// Loads the TLS files and binds the listener block's `listen` (port 0
+    /// picks a free port) for TCP and, unless `udp_heartbeat = false`, the
+    /// same address for UDP heartbeats. Errors name the section and key.
+    /// Must be called inside a tokio runtime.
+    pub fn bind(config: ForwardConfig) -> Result<Self, ListenerError> {
+        let listener = Listener::bind(LISTENER_NAME, config.listener.settings())?;
+        if config.listener.idle_timeout_ms != 0
+            && config.listener.idle_timeout_ms < config.ack_timeout_ms
+        {
+            tracing::warn!(
+                idle_timeout_ms = config.listener.idle_timeout_ms,
+                ack_timeout_ms = config.ack_timeout_ms,
+                "[forward] idle_timeout_ms is shorter than ack_timeout_ms: a connection waiting that long for a slow sink is closed as idle, and its chunk is retried"
+            );
+        }
+        let addr = listener.local_addr();
         let udp = if config.udp_heartbeat {
-            Some(UdpSocket::bind(listener.local_addr()?).await?)
+            let bound = bind_udp(addr).map_err(|source| ListenerError::Bind {
+                section: LISTENER_NAME,
+                addr,
+                source,
+            })?;
+            Some(bound)
         } else {
             None
         };
         Ok(ForwardServer {
             listener,
             udp,
-            tls,
             config,
         })
     }
 
-    /// The bound address.
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+    /// The bound address (TCP, and UDP for heartbeats).
+    pub fn local_addr(&self) -> SocketAddr {
         self.listener.local_addr()
     }
 
-    /// Serves until `shutdown` is cancelled, then waits (bounded by
-    /// `shutdown_drain_ms`) for connections to answer their pending chunks.
+    /// Serves until `shutdown` is cancelled, then gives connections
+    /// `shutdown_drain_ms` to answer their pending chunks.
     pub async fn run(self, hub: Hub, shutdown: CancellationToken) -> std::io::Result<()> {
-        let metrics = hub.metrics().listener(LISTENER_NAME);
-        let counters = ForwardCounters::register(hub.metrics());
-        let handshake = self.config.shared_key.as_ref().map(|key| {
+        let config = self.config;
+        let handshake = config.shared_key.as_ref().map(|key| {
             ServerHandshake::new(
                 key.clone(),
-                self.config.self_hostname.clone(),
-                self.config.users.clone(),
+                config.self_hostname.clone(),
+                config.users.clone(),
             )
         });
+        let drain = Duration::from_millis(config.shutdown_drain_ms) + DRAIN_SLACK;
         let ctx = Arc::new(ServerContext {
-            hub,
-            limits: self.config.limits(),
-            config: self.config,
-            metrics: metrics.clone(),
-            counters,
+            hub: hub.clone(),
+            limits: config.limits(),
+            counters: ForwardCounters::register(hub.metrics()),
             handshake,
+            config,
         });
-        let tracker = TaskTracker::new();
-        if let Some(udp) = self.udp {
-            tracker.spawn(crate::heartbeat::answer_heartbeats(
+        let heartbeat_stop = shutdown.child_token();
+        let heartbeat = self.udp.map(|udp| {
+            tokio::spawn(crate::heartbeat::answer_heartbeats(
                 Arc::new(udp),
-                metrics.clone(),
-                shutdown.clone(),
-            ));
+                hub.metrics().listener(LISTENER_NAME),
+                heartbeat_stop.clone(),
+            ))
+        });
+        let served = self
+            .listener
+            .run(&hub, shutdown.clone(), drain, move |conn| {
+                run_session(conn, ctx.clone())
+            })
+            .await;
+        heartbeat_stop.cancel();
+        if let Some(task) = heartbeat {
+            let _ = task.await;
         }
-        let slots = Arc::new(Semaphore::new(ctx.config.max_connections));
-        tracing::info!(addr = %self.listener.local_addr()?, tls = self.tls.is_some(), "forward listener up");
-        loop {
-            let accepted = tokio::select! {
-                _ = shutdown.cancelled() => break,
-                a = self.listener.accept() => a,
-            };
-            let (sock, peer) = match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of descriptors and the like: count, back off briefly.
-                    metrics.error("accept");
-                    tracing::warn!(error = %e, "forward: accept failed");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
-            };
-            let Ok(slot) = slots.clone().try_acquire_owned() else {
-                metrics.error("max_connections");
-                tracing::warn!(%peer, max = ctx.config.max_connections, "forward: connection refused, limit reached");
-                drop(sock);
-                continue;
-            };
-            let _ = sock.set_nodelay(true);
-            let ctx = ctx.clone();
-            let tls = self.tls.clone();
-            let shutdown = shutdown.clone();
-            tracker.spawn(async move {
-                let _slot = slot;
-                let _open = ctx.metrics.connection();
-                if let Err(e) = run_connection(sock, peer, tls, ctx.clone(), shutdown).await {
-                    ctx.metrics.error(e.kind());
-                    match &e {
-                        ConnectionError::Io(_) => {
-                            tracing::debug!(%peer, error = %e, "forward: connection ended")
-                        }
-                        _ => tracing::warn!(%peer, error = %e, "forward: connection closed"),
-                    }
-                }
-            });
-        }
-        tracker.close();
-        let grace = Duration::from_millis(ctx.config.shutdown_drain_ms) + Duration::from_secs(1);
-        if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
-            tracing::warn!("forward: connections still open after the shutdown grace period");
-        }
-        Ok(())
+        served
     }
 }
 
-async fn run_connection(
-    sock: TcpStream,
-    peer: SocketAddr,
-    tls: Option<TlsAcceptor>,
-    ctx: Arc<ServerContext>,
-    shutdown: CancellationToken,
-) -> Result<(), ConnectionError> {
-    match tls {
-        None => serve_connection(sock, peer, ctx, shutdown).await,
-        Some(acceptor) => {
-            let timeout = Duration::from_millis(ctx.config.handshake_timeout_ms);
-            let stream = match tokio::time::timeout(timeout, acceptor.accept(sock)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    ctx.metrics.error("tls_handshake");
-                    tracing::warn!(%peer, error = %e, "forward: TLS handshake failed");
-                    return Ok(());
-                }
-                Err(_) => {
-                    ctx.metrics.error("tls_handshake");
-                    tracing::warn!(%peer, "forward: TLS handshake timed out");
-                    return Ok(());
-                }
-            };
-            serve_connection(stream, peer, ctx, shutdown).await
-        }
-    }
+/// The UDP socket for heartbeats, on the TCP listener's address.
+fn bind_udp(addr: SocketAddr) -> std::io::Result<UdpSocket> {
+    let socket = std::net::UdpSocket::bind(addr)?;
+    socket.set_nonblocking(true)?;
+    UdpSocket::from_std(socket)
 }

@@ -29,7 +29,10 @@ impl TopicMapper {
         if self.last_topic.is_none() || self.last_tag != *tag {
             let topic = topic_for_tag(&self.prefix, tag);
             validate_topic(&topic)?;
-            self.last_tag = tag.clone();
+            // A copy: the tag is a slice of the frame, which shares the
+            // connection's read buffer, and a quiet connection must not keep
+            // that buffer alive through its last tag.
+            self.last_tag = Bytes::copy_from_slice(tag);
             self.last_topic = Some(topic);
         }
         Ok(self.last_topic.as_deref().unwrap_or_default())
@@ -71,5 +74,16 @@ mod tests {
         let mut m = TopicMapper::new("logs.");
         assert_eq!(m.topic_for(&Bytes::from_static(b"t")).unwrap(), "logs.t");
         assert!(m.topic_for(&Bytes::from(vec![b'a'; 2000])).is_err());
+    }
+
+    #[test]
+    fn the_remembered_tag_does_not_keep_the_frame_alive() {
+        let mut frame = Bytes::from(vec![b'x'; 64 * 1024]);
+        let tag = frame.slice(0..3);
+        let mut m = TopicMapper::new("logs.");
+        assert_eq!(m.topic_for(&tag).unwrap(), "logs.xxx");
+        drop(tag);
+        assert!(frame.is_unique(), "the mapper holds a slice of the frame");
+        frame.clear();
     }
 }

@@ -73,11 +73,9 @@ fn hub_with(sink: Arc<dyn Sink>) -> Hub {
     Hub::new(routes)
 }
 
+/// The default config: tags become `logs.<tag>`, which the routes match.
 fn config() -> ForwardConfig {
-    ForwardConfig {
-        topic_prefix: "logs.".into(),
-        ..Default::default()
-    }
+    ForwardConfig::default()
 }
 
 fn entries(recs: &[Vec<u8>]) -> Vec<(EventTime, &[u8])> {

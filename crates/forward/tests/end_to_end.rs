@@ -14,18 +14,12 @@ use tidegate_hub::Hub;
 
 const ACK_WAIT: Duration = Duration::from_secs(10);
 
-fn config() -> ForwardConfig {
-    ForwardConfig {
-        topic_prefix: "logs.".into(),
-        ..Default::default()
-    }
-}
-
+/// The default `topic_prefix` is `"logs."`: tag `app.m` is topic `logs.app.m`.
 #[tokio::test]
 async fn every_mode_delivers_every_record_and_acks_its_chunk() {
     let hub = Hub::default();
     let mut sub = subscribe(&hub, "logs.>", 10_000);
-    let srv = start(hub, config()).await;
+    let srv = start(hub, ForwardConfig::default()).await;
     let mut c = ForwardClient::connect(srv.addr, ClientOptions::default())
         .await
         .unwrap();
@@ -136,6 +130,25 @@ async fn a_json_connection_is_answered_in_json() {
 }
 
 #[tokio::test]
+async fn an_empty_prefix_keeps_the_bare_tag_as_topic() {
+    let hub = Hub::default();
+    let mut sub = subscribe(&hub, ">", 10);
+    let config = ForwardConfig {
+        topic_prefix: String::new(),
+        ..Default::default()
+    };
+    let srv = start(hub, config).await;
+    let mut c = ForwardClient::connect(srv.addr, ClientOptions::default())
+        .await
+        .unwrap();
+    c.send_message("app.web", EventTime::new(1, 0), &record(1), Some("bare"))
+        .await
+        .unwrap();
+    c.wait_ack("bare", ACK_WAIT).await.unwrap();
+    assert_eq!(recv_n(&mut sub, 1).await[0].topic, "app.web");
+}
+
+#[tokio::test]
 async fn a_udp_heartbeat_is_answered() {
     let srv = start(Hub::default(), ForwardConfig::default()).await;
     let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
@@ -194,7 +207,7 @@ async fn pipelined_chunks_over_several_connections_all_arrive_and_are_acked() {
         hub,
         ForwardConfig {
             max_inflight_chunks: 4,
-            ..config()
+            ..Default::default()
         },
     )
     .await;
@@ -257,7 +270,7 @@ async fn pipelined_chunks_over_several_connections_all_arrive_and_are_acked() {
 async fn chunks_decoded_in_block_in_place_are_delivered_and_acked() {
     const N: usize = 60_000; // ~5 MiB of entries: above the blocking-decode threshold
     let hub = Hub::default();
-    let srv = start(hub.clone(), config()).await;
+    let srv = start(hub.clone(), ForwardConfig::default()).await;
     let mut c = ForwardClient::connect(srv.addr, ClientOptions::default())
         .await
         .unwrap();

@@ -17,14 +17,7 @@ const BASE_NS: u64 = 1_700_000_000_123_456_789;
 async fn fluent_logger_message_mode_with_nanoseconds_delivers_every_record() {
     let hub = Hub::default();
     let mut sub = subscribe(&hub, "logs.py.>", COUNT * 2);
-    let srv = start(
-        hub,
-        ForwardConfig {
-            topic_prefix: "logs.".into(),
-            ..Default::default()
-        },
-    )
-    .await;
+    let srv = start(hub, ForwardConfig::default()).await;
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/python/fluent_logger_send.py"

@@ -1,6 +1,7 @@
-//! Hostile input: garbage, a 3 GB declared length, a gzip bomb and too many
-//! connections each close only the offending connection, with a counted
-//! error, while the server keeps serving everyone else.
+//! Hostile input: garbage, a 3 GB declared length, a gzip bomb, truncated
+//! and oversize values and too many connections each close only the
+//! offending connection, with a counted reason, while the server keeps
+//! serving (and acking) everyone else.
 
 mod common;
 
@@ -110,16 +111,14 @@ async fn a_gzip_bomb_is_stopped_at_the_decompression_limit() {
     counted(&m, "decompressed_too_large").await;
     still_serving(srv.addr).await;
     // Only the healthy client's record was published; the bomb was never acked.
-    assert_eq!(recv_n(&mut sub, 1).await[0].topic, "ok");
+    assert_eq!(recv_n(&mut sub, 1).await[0].topic, "logs.ok");
 }
 
 #[tokio::test]
 async fn connections_over_the_limit_are_closed_and_counted() {
     let hub = Hub::default();
-    let config = ForwardConfig {
-        max_connections: 2,
-        ..Default::default()
-    };
+    let mut config = ForwardConfig::default();
+    config.listener.max_connections = 2;
     let srv = start(hub.clone(), config).await;
     let m = hub.metrics().listener("forward");
     let mut a = ForwardClient::connect(srv.addr, ClientOptions::default())
@@ -134,7 +133,14 @@ async fn connections_over_the_limit_are_closed_and_counted() {
         .unwrap();
     a.wait_ack("a", WAIT).await.unwrap();
     expect_closed(srv.addr, &[0xc0]).await;
-    counted(&m, "max_connections").await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while m.refused_count("max_connections") == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "refusal never counted"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     a.send_message("ok", EventTime::new(1, 0), &record(1), Some("a2"))
         .await
         .unwrap();
@@ -175,4 +181,111 @@ async fn invalid_events_are_skipped_and_counted_without_closing() {
             .error_count("invalid_message"),
         1
     );
+}
+
+/// Sends the next chunk on `c` and waits for its ack.
+async fn ack_next(c: &mut ForwardClient, n: &mut usize) {
+    *n += 1;
+    let chunk = format!("h{n}");
+    c.send_message("ok", EventTime::new(1, 0), &record(*n), Some(&chunk))
+        .await
+        .unwrap();
+    c.wait_ack(&chunk, WAIT).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_truncated_and_oversize_input_close_only_their_connection() {
+    let hub = Hub::default();
+    let config = ForwardConfig {
+        max_chunk_bytes: 1 << 20,
+        ..Default::default()
+    };
+    let srv = start(hub.clone(), config).await;
+    let m = hub.metrics().listener("forward");
+    // One well-behaved connection lives through all of it.
+    let mut healthy = ForwardClient::connect(srv.addr, ClientOptions::default())
+        .await
+        .unwrap();
+    let mut acked = 0;
+    ack_next(&mut healthy, &mut acked).await;
+
+    let mut oversize_header = vec![0x93, 0xa1, b't', 0xdb];
+    oversize_header.extend_from_slice(&(2u32 << 20).to_be_bytes());
+    // A JSON string that never ends, past the frame limit with real bytes.
+    let mut oversize_json = b"[\"t\", 1, {\"k\": \"".to_vec();
+    oversize_json.extend_from_slice(&vec![b'a'; (1 << 20) + 4096]);
+    let cases: [(&str, Vec<u8>); 6] = [
+        ("bad_msgpack", vec![0x93, 0xa1, b't', 0xc1, 0xc1, 0xc1]),
+        ("bad_json", b"[\"t\", 1, }".to_vec()),
+        ("too_deep", vec![0x91; 200]),
+        ("chunk_too_large", oversize_header),
+        ("chunk_too_large", oversize_json),
+        ("unsupported_compression", {
+            let mut f = Vec::new();
+            // ["t", bin8 "", {"compressed": "zstd"}]
+            f.extend_from_slice(&[0x93, 0xa1, b't', 0xc4, 0x00, 0x81, 0xaa]);
+            f.extend_from_slice(b"compressed");
+            f.extend_from_slice(&[0xa4]);
+            f.extend_from_slice(b"zstd");
+            f
+        }),
+    ];
+    for (kind, bytes) in cases {
+        let before = m.error_count(kind);
+        let mut s = TcpStream::connect(srv.addr).await.unwrap();
+        // The server may close before everything is written.
+        let _ = s.write_all(&bytes).await;
+        let mut b = [0u8; 16];
+        match tokio::time::timeout(WAIT, s.read(&mut b))
+            .await
+            .unwrap_or_else(|_| panic!("{kind}: connection not closed"))
+        {
+            Ok(0) | Err(_) => {}
+            Ok(n) => panic!("{kind}: server answered {:?}", &b[..n]),
+        }
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while m.error_count(kind) == before {
+            assert!(tokio::time::Instant::now() < deadline, "{kind} not counted");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        ack_next(&mut healthy, &mut acked).await;
+    }
+
+    // Truncated: half a message, then the client closes its side.
+    let mut frame = Vec::new();
+    tidegate_forward::codec::encode::write_message(
+        &mut frame,
+        "t",
+        EventTime::new(1, 0),
+        tidegate_forward::codec::encode::TimeForm::FixExt8,
+        &record(9),
+        &MessageOption {
+            chunk: Some("cut"),
+            ..Default::default()
+        },
+    );
+    let mut s = TcpStream::connect(srv.addr).await.unwrap();
+    s.write_all(&frame[..frame.len() / 2]).await.unwrap();
+    s.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(WAIT, s.read_to_end(&mut rest))
+        .await
+        .expect("truncated connection closed")
+        .unwrap();
+    assert!(rest.is_empty(), "a truncated chunk was answered: {rest:?}");
+    counted(&m, "truncated").await;
+    ack_next(&mut healthy, &mut acked).await;
+
+    // Only the healthy connection is left, and nothing of the others is
+    // still held in the budget.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while m.open_connections() != 1 || hub.budget().in_use() != 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "open {} in use {}",
+            m.open_connections(),
+            hub.budget().in_use()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

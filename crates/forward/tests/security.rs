@@ -1,4 +1,5 @@
-//! The shared-key handshake and TLS over real sockets.
+//! The shared-key handshake, TLS (served by the listener core, with the
+//! test PKI) and the allow-list, over real sockets.
 
 mod common;
 
@@ -9,9 +10,10 @@ use tidegate_forward::client::ClientError;
 use tidegate_forward::codec::EventTime;
 use tidegate_forward::handshake::HandshakeError;
 use tidegate_forward::{
-    ClientAuth, ClientOptions, ClientTls, ForwardClient, ForwardConfig, TlsConfig, UserConfig,
+    ClientAuth, ClientOptions, ClientTls, ForwardClient, ForwardConfig, UserConfig,
 };
 use tidegate_hub::Hub;
+use tidegate_listener::{ClientAuth as ListenerClientAuth, TestPki};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -120,45 +122,41 @@ async fn the_server_closes_the_connection_after_refusing() {
     );
 }
 
-struct Pki {
-    ca_pem: String,
-    _dir: tempfile::TempDir,
-    tls: TlsConfig,
+/// A server config serving the test PKI's certificate, with the handshake.
+fn tls_config(pki: &TestPki, client_auth: Option<ListenerClientAuth>) -> ForwardConfig {
+    let mut config = secured();
+    config.listener.tls = Some(pki.server_tls(client_auth));
+    config
 }
 
-/// A CA and a `localhost` certificate it signed (rcgen), in a temp dir.
-fn pki() -> Pki {
-    let dir = tempfile::tempdir().unwrap();
-    let (tls, ca_pem) = tidegate_forward::tls::generate_test_pki(dir.path()).unwrap();
-    Pki {
-        ca_pem,
-        _dir: dir,
-        tls,
+fn client_tls(ca_pem_path: &std::path::Path) -> ClientTls {
+    ClientTls {
+        ca_pem: std::fs::read(ca_pem_path).unwrap(),
+        server_name: "localhost".into(),
     }
 }
 
-fn other_ca_pem() -> String {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut p = rcgen::CertificateParams::new(vec![]).unwrap();
-    p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    p.self_signed(&key).unwrap().pem()
+/// Waits until the listener counted `kind` as an error.
+async fn error_counted(hub: &Hub, kind: &str) {
+    let m = hub.metrics().listener("forward");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while m.error_count(kind) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{kind} error not counted"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 #[tokio::test]
 async fn tls_with_the_right_ca_and_the_handshake_delivers() {
-    let pki = pki();
+    let pki = TestPki::generate().unwrap();
     let hub = Hub::default();
     let mut sub = subscribe(&hub, ">", 10);
-    let config = ForwardConfig {
-        tls: Some(pki.tls.clone()),
-        ..secured()
-    };
-    let srv = start(hub, config).await;
+    let srv = start(hub, tls_config(&pki, None)).await;
     let opts = ClientOptions {
-        tls: Some(ClientTls {
-            ca_pem: pki.ca_pem.clone().into_bytes(),
-            server_name: "localhost".into(),
-        }),
+        tls: Some(client_tls(&pki.path("ca.pem"))),
         auth: Some(auth("s3cret", "alice", "wonder")),
         ..Default::default()
     };
@@ -177,18 +175,14 @@ async fn tls_with_the_right_ca_and_the_handshake_delivers() {
 
 #[tokio::test]
 async fn a_tls_client_without_the_right_ca_fails_the_handshake() {
-    let pki = pki();
+    let pki = TestPki::generate().unwrap();
+    let other = TestPki::generate().unwrap();
     let hub = Hub::default();
-    let config = ForwardConfig {
-        tls: Some(pki.tls.clone()),
-        ..Default::default()
-    };
+    let mut config = ForwardConfig::default();
+    config.listener.tls = Some(pki.server_tls(None));
     let srv = start(hub.clone(), config).await;
     let opts = ClientOptions {
-        tls: Some(ClientTls {
-            ca_pem: other_ca_pem().into_bytes(),
-            server_name: "localhost".into(),
-        }),
+        tls: Some(client_tls(&other.path("ca.pem"))),
         ..Default::default()
     };
     let err = ForwardClient::connect(srv.addr, opts).await.unwrap_err();
@@ -197,15 +191,7 @@ async fn a_tls_client_without_the_right_ca_fails_the_handshake() {
         err.to_string().to_lowercase().contains("certificate"),
         "{err}"
     );
-    let m = hub.metrics().listener("forward");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while m.error_count("tls_handshake") == 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "tls_handshake error not counted"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    error_counted(&hub, "tls_handshake").await;
     // A plain-TCP client cannot talk to the TLS port either.
     let mut plain = ForwardClient::connect(srv.addr, ClientOptions::default())
         .await
@@ -215,4 +201,107 @@ async fn a_tls_client_without_the_right_ca_fails_the_handshake() {
         .await
         .unwrap();
     assert!(plain.wait_ack("p", WAIT).await.is_err());
+}
+
+/// Connects with TLS presenting (or not) the test PKI's client certificate,
+/// sends one Message-mode event with chunk `chunk`, and returns what the
+/// server answered before closing or within `WAIT`.
+async fn send_over_mtls(
+    addr: std::net::SocketAddr,
+    pki: &TestPki,
+    with_identity: bool,
+    chunk: &str,
+) -> std::io::Result<Vec<u8>> {
+    use tidegate_forward::codec::encode::{write_message, MessageOption, TimeForm};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let connector = tokio_rustls::TlsConnector::from(pki.client_config(with_identity)?);
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut s = connector.connect(name, tcp).await?;
+    let mut frame = Vec::new();
+    let opt = MessageOption {
+        chunk: Some(chunk),
+        ..Default::default()
+    };
+    write_message(
+        &mut frame,
+        "mtls",
+        EventTime::new(1, 0),
+        TimeForm::FixExt8,
+        &record(1),
+        &opt,
+    );
+    s.write_all(&frame).await?;
+    s.flush().await?;
+    let mut reply = vec![0u8; 256];
+    let n = tokio::time::timeout(WAIT, s.read(&mut reply))
+        .await
+        .map_err(|_| std::io::Error::other("no answer"))??;
+    reply.truncate(n);
+    Ok(reply)
+}
+
+#[tokio::test]
+async fn a_required_client_certificate_is_checked_by_the_listener_core() {
+    let pki = TestPki::generate().unwrap();
+    let hub = Hub::default();
+    let mut sub = subscribe(&hub, ">", 10);
+    let mut config = ForwardConfig::default();
+    config.listener.tls = Some(pki.server_tls(Some(ListenerClientAuth::Required)));
+    let srv = start(hub.clone(), config).await;
+    let reply = send_over_mtls(srv.addr, &pki, true, "m1").await.unwrap();
+    assert!(reply.windows(2).any(|w| w == b"m1"), "no ack in {reply:?}");
+    assert_eq!(recv_n(&mut sub, 1).await[0].topic, "logs.mtls");
+    // Without a certificate: refused in the TLS handshake, counted, no ack.
+    let refused = send_over_mtls(srv.addr, &pki, false, "m2").await;
+    assert!(
+        refused.as_ref().map_or(true, |r| r.is_empty()),
+        "acked without a client certificate: {refused:?}"
+    );
+    error_counted(&hub, "tls_handshake").await;
+    // ForwardClient presents no certificate: it cannot deliver either.
+    let opts = ClientOptions {
+        tls: Some(client_tls(&pki.path("ca.pem"))),
+        ..Default::default()
+    };
+    if let Ok(mut c) = ForwardClient::connect(srv.addr, opts).await {
+        let _ = c
+            .send_message("t", EventTime::new(1, 0), &record(1), Some("c"))
+            .await;
+        assert!(c.wait_ack("c", WAIT).await.is_err());
+    }
+}
+
+#[tokio::test]
+async fn a_client_outside_the_allow_list_is_refused_at_accept() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let hub = Hub::default();
+    let mut config = ForwardConfig::default();
+    config.listener.allow = vec!["10.0.0.0/8".parse().unwrap()];
+    let srv = start(hub.clone(), config).await;
+    let mut s = tokio::net::TcpStream::connect(srv.addr).await.unwrap();
+    let _ = s.write_all(&[0xc0]).await;
+    let mut b = [0u8; 16];
+    match tokio::time::timeout(WAIT, s.read(&mut b))
+        .await
+        .expect("refused connection must be closed")
+    {
+        Ok(0) | Err(_) => {}
+        Ok(n) => panic!("server answered {:?}", &b[..n]),
+    }
+    let m = hub.metrics().listener("forward");
+    assert_eq!(m.refused_count("not_allowed"), 1);
+    assert_eq!(m.open_connections(), 0);
+
+    // 127.0.0.1 inside the list is served.
+    let mut config = ForwardConfig::default();
+    config.listener.allow = vec!["127.0.0.0/8".parse().unwrap()];
+    let srv = start(Hub::default(), config).await;
+    let mut c = ForwardClient::connect(srv.addr, ClientOptions::default())
+        .await
+        .unwrap();
+    c.send_message("t", EventTime::new(1, 0), &record(1), Some("in"))
+        .await
+        .unwrap();
+    c.wait_ack("in", WAIT).await.unwrap();
 }

@@ -27,9 +27,9 @@ impl Drop for TestServer {
 
 /// Starts a server on 127.0.0.1:0 with `config` (its `listen` is replaced).
 pub async fn start(hub: Hub, mut config: ForwardConfig) -> TestServer {
-    config.listen = "127.0.0.1:0".parse().unwrap();
-    let server = ForwardServer::bind(config).await.expect("bind");
-    let addr = server.local_addr().unwrap();
+    config.listener.listen = "127.0.0.1:0".parse().unwrap();
+    let server = ForwardServer::bind(config).expect("bind");
+    let addr = server.local_addr();
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(server.run(hub.clone(), shutdown.clone()));
     TestServer {
