@@ -19,7 +19,7 @@
 //!
 //! Every ack's latency is recorded from its chunk's due time, however slow
 //! the acks are; a chunk of the measured window that is never acked (still
-//! unacked [`ACK_DRAIN_TIMEOUT`] after the schedule ended, or due but never
+//! unacked `--ack-drain-ms` after the schedule ended, or due but never
 //! sent because the ack window stayed full) is counted as an error and
 //! recorded with its latency up to the end of the run, so a stall cannot
 //! hide. Also reported: client and server CPU % and RSS. `--sweep-rate
@@ -49,9 +49,9 @@ use crate::sampler::Sampler;
 use crate::server::ServerAddrs;
 use crate::{CommonArgs, Target};
 
-/// How long a connection waits for its outstanding acks after its last
-/// chunk; chunks still unacked then are counted and recorded as late.
-pub const ACK_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default of `--ack-drain-ms`: how long a connection waits for its
+/// outstanding acks after its last chunk.
+pub const DEFAULT_ACK_DRAIN_MS: u64 = 30_000;
 
 /// Parameters of the forward scenario (names follow seed 004 where it has them).
 #[derive(Debug, Clone, clap::Args)]
@@ -84,6 +84,11 @@ pub struct ForwardArgs {
     /// Unacked chunks allowed per connection before the sender waits.
     #[arg(long, default_value_t = 16)]
     pub window: usize,
+    /// How long each connection waits for its outstanding acks after its
+    /// last chunk, milliseconds; chunks still unacked then are counted
+    /// (`unacked_records`) and recorded with their latency up to then.
+    #[arg(long, default_value_t = DEFAULT_ACK_DRAIN_MS)]
+    pub ack_drain_ms: u64,
     /// TLS to the server (the spawned server gets a throw-away certificate;
     /// an external `--target` must present one for `localhost` signed by
     /// `--ca`).
@@ -342,6 +347,8 @@ struct ConnPlan {
     records_per_chunk: usize,
     measure_from: Instant,
     stop_at: Instant,
+    /// How long to wait for outstanding acks after the last chunk.
+    ack_drain: Duration,
 }
 
 impl ConnPlan {
@@ -409,6 +416,7 @@ async fn drive(
             records_per_chunk,
             measure_from,
             stop_at,
+            ack_drain: Duration::from_millis(args.ack_drain_ms),
         };
         plans.push(plan.clone());
         tasks.push(tokio::spawn(run_connection(
@@ -621,14 +629,21 @@ async fn run_connection(
         };
     };
     let abort = reader_task.abort_handle();
-    if tokio::time::timeout(ACK_DRAIN_TIMEOUT, reader_task)
-        .await
-        .is_err()
-    {
-        abort.abort();
+    // Done when every chunk sent is acked, or the server closes, or the
+    // drain time is up.
+    let drained = async {
+        tokio::select! {
+            _ = reader_task => {}
+            _ = acks.all_acked() => {}
+        }
+    };
+    let timed_out = tokio::time::timeout(plan.ack_drain, drained).await.is_err();
+    abort.abort();
+    if timed_out {
         tracing::warn!(
             connection = plan.id,
-            "acks still outstanding {ACK_DRAIN_TIMEOUT:?} after the last chunk; counted as unacked"
+            "acks still outstanding {:?} after the last chunk; counted as unacked",
+            plan.ack_drain
         );
     }
     let end = Instant::now();
@@ -675,6 +690,8 @@ struct ConnOutcome {
 #[derive(Debug, Default)]
 struct AckBook {
     inner: Mutex<AckState>,
+    /// Woken after every ack.
+    acked: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
@@ -694,6 +711,13 @@ impl AckBook {
     /// Chunk `seq`, due at `due`, is about to be written.
     fn sent(&self, seq: u64, due: Instant) {
         self.lock().in_flight.insert(seq, due);
+    }
+
+    /// Waits until no chunk is in flight.
+    async fn all_acked(&self) {
+        while !self.lock().in_flight.is_empty() {
+            self.acked.notified().await;
+        }
     }
 }
 
@@ -724,6 +748,7 @@ async fn read_acks(
             book.latency.record(now.duration_since(due));
         }
         drop(book);
+        acks.acked.notify_one();
         totals.acked_records.fetch_add(n, Ordering::Relaxed);
         progress.received.fetch_add(n, Ordering::Relaxed);
     }
@@ -747,4 +772,107 @@ async fn scrape_published(addr: Option<SocketAddr>) -> Option<u64> {
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse::<f64>().ok())
         .map(|v| v as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+    use tidegate_forward::codec::encode::write_ack;
+    use tidegate_forward::codec::{ForwardDecoder, Limits};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A Forward peer that reads chunks and acks each `ack_delay` later, or
+    /// never; it keeps the connection open after the client's end.
+    async fn slow_acker(ack_delay: Option<Duration>) -> SocketAddr {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (s, _) = l.accept().await.unwrap();
+            let (mut r, w) = s.into_split();
+            let w = Arc::new(tokio::sync::Mutex::new(w));
+            let mut decoder = ForwardDecoder::new(Limits::default());
+            let (mut buf, mut events) = (BytesMut::new(), Vec::new());
+            while r.read_buf(&mut buf).await.unwrap_or(0) > 0 {
+                while let Some(f) = decoder.decode(&mut buf, &mut events).unwrap() {
+                    events.clear();
+                    if let (Some(chunk), Some(delay)) = (f.chunk, ack_delay) {
+                        let w = w.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(delay).await;
+                            let mut out = Vec::new();
+                            write_ack(&mut out, &chunk);
+                            let _ = w.lock().await.write_all(&out).await;
+                        });
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            drop(w);
+        });
+        addr
+    }
+
+    fn args(window: usize, warmup: f64, ack_drain_ms: u64) -> ForwardArgs {
+        ForwardArgs {
+            common: CommonArgs {
+                target: None,
+                json: true,
+            },
+            rate: 2_000,
+            sweep_rate: Vec::new(),
+            connections: 1,
+            batch: 100,
+            record_bytes: 100,
+            flush_interval_ms: 100,
+            ack: true,
+            window,
+            ack_drain_ms,
+            tls: false,
+            ca: None,
+            duration: 1.0,
+            warmup,
+            tag: "bench.app".into(),
+            server_toml: None,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn slow_acks_are_all_recorded_from_the_due_time() {
+        let addr = slow_acker(Some(Duration::from_millis(300))).await;
+        let a = args(16, 0.2, 5_000);
+        let (row, report) = drive(&a, a.rate, addr, ClientOptions::default(), None)
+            .await
+            .unwrap();
+        // 20 chunks of 100 records a second; 1 s measured.
+        let latency = report.latency_us.expect("acks were recorded");
+        assert!(latency.p50 >= 300_000.0, "{latency:?}");
+        assert_eq!(report.extra["latency_samples"], 20, "{}", report.to_json());
+        assert_eq!(row.acked_records, row.sent_records);
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn chunks_never_acked_or_never_sent_count_as_late_not_missing() {
+        let addr = slow_acker(None).await;
+        let a = args(4, 0.0, 300);
+        let (_, report) = drive(&a, a.rate, addr, ClientOptions::default(), None)
+            .await
+            .unwrap();
+        // The window of 4 chunks fills and stays full: those 4 are unacked,
+        // the other 16 due in the second were never sent. All 20 are in the
+        // latency histogram, up to the end of the run.
+        assert_eq!(report.errors["unacked_records"], 400, "{:?}", report.errors);
+        assert_eq!(
+            report.errors["unsent_due_records"], 1_600,
+            "{:?}",
+            report.errors
+        );
+        assert_eq!(report.extra["latency_samples"], 20, "{}", report.to_json());
+        assert!(report.latency_us.unwrap().max >= 1_000_000.0);
+        assert!(report
+            .measured_nothing()
+            .unwrap()
+            .contains("no record was delivered"));
+    }
 }

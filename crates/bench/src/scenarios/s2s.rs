@@ -320,6 +320,13 @@ fn ms(s: Option<&LatencySummary>) -> String {
 
 /// Runs the scenario and prints its report.
 pub async fn run(args: &S2sArgs) -> anyhow::Result<()> {
+    let (report, human) = measure(args).await?;
+    report.emit(args.common.json, &human)
+}
+
+/// Runs the clients to the end of the schedule (or the deadline) and
+/// returns the report with its human text.
+async fn measure(args: &S2sArgs) -> anyhow::Result<(Report, String)> {
     anyhow::ensure!(
         args.interval_ms > 0 && args.clients > 0 && args.tx > 0,
         "--interval-ms, --clients and --tx must be at least 1"
@@ -515,5 +522,62 @@ pub async fn run(args: &S2sArgs) -> anyhow::Result<()> {
         "avgCompleteMillis": avgs[3], "phases_us": phase_json,
     });
     drop(rec);
-    report.emit(args.common.json, &human)
+    Ok((report, human))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stalled_server_shows_every_due_transaction_as_late() {
+        // Accepts and never answers: discovery hangs until the client's
+        // timeout, so no transaction completes.
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = l.accept().await {
+                held.push(s);
+            }
+        });
+        let args = S2sArgs {
+            clients: 2,
+            tx: 3,
+            packets: 1,
+            interval_ms: 100,
+            transport: Transport::Raw,
+            tls: false,
+            gzip: false,
+            ramp_ms: 10,
+            port: "input".into(),
+            timeout_ms: 500,
+            csv: None,
+            common: CommonArgs {
+                target: Some(addr),
+                json: true,
+            },
+        };
+        let t = Instant::now();
+        let (report, human) = measure(&args).await.unwrap();
+        // Stopped at the deadline (schedule 0.31 s + timeout 0.5 s), not
+        // after every client timed out on every transaction.
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        let v: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
+        assert_eq!(v["extra"]["totalDueTx"], 6, "{v}");
+        assert_eq!(v["extra"]["totalSuccessfulTx"], 0, "{v}");
+        assert_eq!(v["extra"]["totalFailureTx"], 6, "{v}");
+        assert_eq!(v["extra"]["stopped_at_deadline"], true, "{v}");
+        // Each client: transaction 0 timed out, 1 was in flight, 2 never
+        // began — all in the latency histogram, up to the end of the run.
+        assert_eq!(v["errors"]["timeout"], 2, "{v}");
+        assert_eq!(v["errors"]["unfinished"], 2, "{v}");
+        assert_eq!(v["errors"]["never_started"], 2, "{v}");
+        let l = report.latency_us.expect("late transactions recorded");
+        assert!(l.max >= 700_000.0, "{l:?}");
+        assert_eq!(report.offered_rate.map(|r| r.round()), Some(19.0), "{v}");
+        assert_eq!(report.rate, 0.0);
+        assert!(report.measured_nothing().is_some());
+        assert!(human.contains("transactions due 6"), "{human}");
+    }
 }
