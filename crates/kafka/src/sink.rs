@@ -182,8 +182,6 @@ impl KafkaSink {
                     self.slot.replaced_after(number).await;
                 }
                 Handed::Refused(back, e) => {
-                    // Never handed over: the guard gives the place back.
-                    drop(place);
                     self.metrics.failed.inc();
                     back.delivery_opaque
                         .token
@@ -191,6 +189,8 @@ impl KafkaSink {
                             sink: SINK_NAME.to_owned(),
                             reason: e.to_string(),
                         }));
+                    // Never handed over: the guard gives the place back.
+                    drop(place);
                     return;
                 }
             }
