@@ -47,7 +47,7 @@ read -r PP2_RATE PP2_P99 < <(pp anchor-pp-5 linger.ms=5 batch.size=1000000)
 echo "running ProducerPerformance (linger.ms=20 batch.size=1000000, Tidegate's sink defaults)…"
 read -r PP3_RATE PP3_P99 < <(pp anchor-pp-20 linger.ms=20 batch.size=1000000)
 
-SERVER_TOML="$(printf '[sinks.kafka]\nbrokers = "%s"\n%s\n[[routes]]\ntopics = "logs.>"\nsink = "kafka"\n' "$KAFKA_BOOTSTRAP" "${SINK_TOML:-}")"
+SERVER_TOML="$(printf '[sinks.kafka]\nbrokers = "%s"\ntopic = "logs.kafka.anchor"\n%s\n[[routes]]\ntopics = "logs.>"\nsink = "kafka"\n' "$KAFKA_BOOTSTRAP" "${SINK_TOML:-}")"
 echo "running tidegate bench forward → Kafka…"
 TG_JSON="$("$BIN" bench forward --json --rate 0 --ack --record-bytes 100 --batch "$BATCH" \
     --connections "$CONNECTIONS" --duration "$DURATION" --warmup 2 --tag kafka.anchor \

@@ -42,8 +42,6 @@ pub struct Prepared {
     pub hub: Hub,
     /// Every sink routes may use, the null sink first.
     pub sinks: Vec<Arc<dyn Sink>>,
-    /// The Kafka sink, when configured.
-    pub kafka: Option<Arc<KafkaSink>>,
     /// S2S ports shared by the RAW listener and the HTTP transport.
     pub s2s_ports: S2sPorts,
     /// `[http]`, bound.
@@ -67,7 +65,7 @@ pub fn prepare(config: Config, file: Option<&Path>) -> Result<Prepared, Prefligh
     let listener_err = |e: ListenerError| fail(e.to_string());
 
     if let Some(k) = &config.sinks.kafka {
-        tidegate_kafka::validate(k).map_err(|e| fail(format!("[sinks.kafka] {e}")))?;
+        tidegate_kafka::validate(k).map_err(|e| fail(e.to_string()))?;
     }
     // Every TLS file, before any port opens.
     for (section, settings) in config.listeners() {
@@ -77,9 +75,7 @@ pub fn prepare(config: Config, file: Option<&Path>) -> Result<Prepared, Prefligh
     let mut sinks: Vec<Arc<dyn Sink>> = vec![Arc::new(NullSink)];
     let kafka = match &config.sinks.kafka {
         Some(k) => {
-            let sink = Arc::new(
-                KafkaSink::new(k.clone()).map_err(|e| fail(format!("[sinks.kafka] {e}")))?,
-            );
+            let sink = Arc::new(KafkaSink::new(k.clone()).map_err(|e| fail(e.to_string()))?);
             sinks.push(sink.clone());
             Some(sink)
         }
@@ -127,7 +123,6 @@ pub fn prepare(config: Config, file: Option<&Path>) -> Result<Prepared, Prefligh
         config,
         hub,
         sinks,
-        kafka,
         s2s_ports,
         http,
         wire,
@@ -164,8 +159,8 @@ pub async fn probe(p: &Prepared, timeout: Duration) -> Result<String, String> {
     if let Some(k) = &p.config.sinks.kafka {
         let report = tidegate_kafka::probe(k, timeout)
             .await
-            .map_err(|e| format!("[sinks.kafka] probe failed: {e}"))?;
-        out.push_str(&format!("  [sinks.kafka] {report}\n"));
+            .map_err(|e| format!("probe failed: {e}"))?;
+        out.push_str(&format!("[sinks.kafka] probe:\n{report}\n"));
     } else {
         out.push_str("  no sink to probe\n");
     }

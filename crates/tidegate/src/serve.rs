@@ -65,7 +65,6 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
         config,
         hub,
         sinks,
-        kafka: _,
         s2s_ports,
         http,
         wire,

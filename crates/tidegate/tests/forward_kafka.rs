@@ -50,21 +50,25 @@ impl Drop for Pipeline {
     }
 }
 
+/// One Kafka topic per hub topic (the tests read `logs.<case>` back).
 async fn pipeline(bootstrap: String) -> Pipeline {
-    pipeline_with(KafkaConfig::for_brokers(bootstrap)).await
+    pipeline_with(KafkaConfig {
+        topic_template: Some("$TOPIC".into()),
+        dynamic_topics: true,
+        ..KafkaConfig::for_brokers(bootstrap)
+    })
+    .await
 }
 
 async fn pipeline_with(config: KafkaConfig) -> Pipeline {
     let sink = Arc::new(KafkaSink::new(config).expect("kafka sink"));
     let hub = hub_routing_to("logs.>", &sink);
     let server = ForwardServer::bind(ForwardConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
         udp_heartbeat: false,
-        ..ForwardConfig::default()
+        ..ForwardConfig::on("127.0.0.1:0".parse().unwrap())
     })
-    .await
     .expect("bind forward");
-    let addr = server.local_addr().unwrap();
+    let addr = server.local_addr();
     let shutdown = CancellationToken::new();
     tokio::spawn(server.run(hub, shutdown.clone()));
     Pipeline {
@@ -270,6 +274,7 @@ fn serve(forward: SocketAddr, bootstrap: &str) -> Served {
          [s2s]\nenabled = false\n\
          [forward]\nlisten = \"{forward}\"\nudp_heartbeat = false\n\
          [sinks.kafka]\nbrokers = \"{bootstrap}\"\n\
+         topic_template = \"$TOPIC\"\ndynamic_topics = true\n\
          [[routes]]\ntopics = \"logs.>\"\nsink = \"kafka\"\n"
     ))
 }

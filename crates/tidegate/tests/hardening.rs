@@ -219,24 +219,47 @@ fn the_http_server_closes_slow_headers_refuses_big_bodies_and_drops_idle_connect
         "",
     ).replacen(
         &format!("[http]\nlisten = \"{http}\"\n"),
-        &format!("[http]\nlisten = \"{http}\"\nread_timeout_ms = 1000\nidle_timeout_ms = 1500\nmax_body_bytes = 1000\n"),
+        &format!("[http]\nlisten = \"{http}\"\nread_timeout_ms = 2000\nidle_timeout_ms = 1000\nmax_body_bytes = 1000\n"),
         1,
     ));
     wait_for_http(http, &served);
 
-    // Half a request line, then nothing: closed by the header-read timeout.
+    // A request line trickled a byte every 300 ms (never idle for the
+    // 1 s idle timeout): closed by the 2 s header-read timeout.
     let mut slow = TcpStream::connect(http).unwrap();
-    slow.write_all(b"GET /metr").unwrap();
-    slow.set_read_timeout(Some(Duration::from_secs(10)))
+    slow.set_read_timeout(Some(Duration::from_millis(300)))
         .unwrap();
     let started = Instant::now();
-    let mut sink = Vec::new();
-    let _ = slow.read_to_end(&mut sink);
+    let mut closed = false;
+    for b in b"GET /metrics?aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".iter() {
+        if slow.write_all(&[*b]).is_err() {
+            closed = true;
+            break;
+        }
+        let mut some = [0u8; 64];
+        match slow.read(&mut some) {
+            Ok(0) => {
+                closed = true;
+                break;
+            }
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => {
+                closed = true;
+                break;
+            }
+        }
+    }
     assert!(
-        started.elapsed() < Duration::from_secs(8),
+        closed && started.elapsed() < Duration::from_secs(8),
         "a trickled request line was held {:?}",
         started.elapsed()
     );
+    let trickle_closed_after = started.elapsed();
 
     // A body announced larger than max_body_bytes: 413 naming the limit.
     let r = http_request(
@@ -266,6 +289,7 @@ fn the_http_server_closes_slow_headers_refuses_big_bodies_and_drops_idle_connect
     let metrics = get(http, "/metrics").unwrap();
     assert!(
         metrics.contains("kind=\"read_timeout\"") && metrics.contains("kind=\"idle_timeout\""),
-        "timeouts not counted: {metrics}"
+        "timeouts not counted (trickle closed after {trickle_closed_after:?}): {metrics}\n{}",
+        served.log()
     );
 }

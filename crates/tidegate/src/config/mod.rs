@@ -168,7 +168,8 @@ pub fn parse_with_env(
     let de = toml::Deserializer::new(&text);
     let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
         let key = e.path().to_string();
-        let inner = e.into_inner();
+        let message = e.into_inner().message().trim().to_owned();
+        let (key, message) = listener_key(&text, &key).unwrap_or((key, message));
         ConfigError::Invalid {
             path: path.to_owned(),
             key: if key == "." {
@@ -176,7 +177,7 @@ pub fn parse_with_env(
             } else {
                 key
             },
-            message: inner.message().trim().to_owned(),
+            message,
         }
     })?;
     // Unknown keys: every key given must survive the round trip.
@@ -228,6 +229,25 @@ fn check(c: &Config, path: &Path) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+/// serde reports an error inside a flattened listener block at the
+/// section (`wire`), not the key (`wire.listen`): deserialize the section's
+/// table as the block alone to find the key.
+fn listener_key(text: &str, section: &str) -> Option<(String, String)> {
+    const LISTENER_SECTIONS: [&str; 5] = ["http", "wire", "sockperf", "forward", "s2s"];
+    if !LISTENER_SECTIONS.contains(&section) {
+        return None;
+    }
+    let input: toml::Value = toml::from_str(text).ok()?;
+    let table = input.get(section)?.clone();
+    match serde_path_to_error::deserialize::<_, tidegate_listener::ListenerConfig<0>>(table) {
+        Ok(_) => None,
+        Err(e) => Some((
+            format!("{section}.{}", e.path()),
+            e.into_inner().to_string().trim().to_owned(),
+        )),
+    }
 }
 
 impl Config {
