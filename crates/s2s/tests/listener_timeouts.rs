@@ -1,5 +1,6 @@
-//! The RAW listener's timeouts from the listener block: a pooled connection
-//! that goes silent is closed after `idle_timeout_ms`; a client that sends
+//! The RAW listener's timeouts from the listener block: a new connection
+//! that never sends, and a pooled one that goes silent, are closed after
+//! `idle_timeout_ms`; a client that sends
 //! part of a handshake or of a FlowFile packet and then nothing is closed
 //! after `read_timeout_ms` (the slowloris guard), counted, with nothing
 //! published.
@@ -88,4 +89,61 @@ async fn part_of_a_packet_then_nothing_is_closed_by_the_read_timeout() {
         sub.is_empty(),
         "nothing of a stalled transaction is published"
     );
+}
+
+#[tokio::test]
+async fn a_connection_that_never_sends_is_closed_by_the_idle_timeout() {
+    let mut cfg = test_config();
+    cfg.listener.idle_timeout_ms = 300;
+    cfg.listener.read_timeout_ms = 60_000;
+    let srv = start(cfg, Hub::default()).await;
+
+    let mut s = TcpStream::connect(srv.raw).await.unwrap();
+    let took = closed_within(&mut s, LIMIT)
+        .await
+        .expect("a silent new connection is closed by the idle timeout");
+    assert!(took >= Duration::from_millis(250), "{took:?}");
+    let metrics = srv.ports.metrics().clone();
+    wait_until("idle timeout counted", LIMIT, || {
+        metrics.error_count("idle_timeout") == 1
+    })
+    .await;
+    assert_eq!(metrics.error_count("read_timeout"), 0);
+}
+
+#[tokio::test]
+async fn a_message_trickled_slower_than_the_read_timeout_is_closed() {
+    let mut cfg = test_config();
+    cfg.listener.idle_timeout_ms = 60_000;
+    cfg.listener.read_timeout_ms = 500;
+    let srv = start(cfg, Hub::default()).await;
+    let metrics = srv.ports.metrics().clone();
+
+    let mut s = TcpStream::connect(srv.raw).await.unwrap();
+    s.write_all(b"NiFi").await.unwrap();
+    // The protocol offer, one byte every 100 ms: each read is quick, the
+    // message as a whole (28 bytes, 2.8 s) is not.
+    let mut offer = vec![0u8, 22];
+    offer.extend_from_slice(b"SocketFlowFileProtocol");
+    offer.extend_from_slice(&6i32.to_be_bytes());
+    let started = tokio::time::Instant::now();
+    for b in offer {
+        if s.write_all(&[b]).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if metrics.error_count("read_timeout") > 0 {
+            break;
+        }
+    }
+    wait_until("trickle closed", LIMIT, || {
+        metrics.error_count("read_timeout") == 1
+    })
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_millis(2_000),
+        "held for {:?} while trickling",
+        started.elapsed()
+    );
+    assert!(closed_within(&mut s, LIMIT).await.is_some());
 }
