@@ -6,7 +6,9 @@
 //!   given back at the next read unless the session took them
 //!   ([`Inbound::take`]) to hold until its data is acknowledged. When the
 //!   budget is spent, the read waits — the kernel's buffers fill and TCP
-//!   slows the sender — instead of allocating.
+//!   slows the sender — instead of allocating. A connection with a partial
+//!   frame waits only until that frame's deadline, so frames that never
+//!   complete cannot hold the budget against everyone else.
 //! - **Timeouts.** With nothing buffered, a connection that neither reads
 //!   nor writes for `idle_timeout` is closed. With a partial frame buffered,
 //!   the frame must complete within `read_timeout` of its first byte (the
@@ -197,13 +199,30 @@ impl Inbound {
             Some(p) => p,
             None => {
                 self.metrics.error("budget_wait");
-                let waited_from = Instant::now();
-                let p = self.budget.acquire(want).await;
-                // Waiting for the budget is not the client's delay.
-                if let Some(t) = self.partial_since.as_mut() {
-                    *t += waited_from.elapsed();
+                match (self.partial_since, self.frame) {
+                    // A connection holding a partial frame waits for budget
+                    // only until its frame deadline: otherwise connections
+                    // whose frames never complete could hold the whole
+                    // budget and wait for each other forever, starving
+                    // every well-behaved client. Timing out frees what it
+                    // held.
+                    (Some(since), Some(frame)) => {
+                        match tokio::time::timeout_at(
+                            (since + frame).into(),
+                            self.budget.acquire(want),
+                        )
+                        .await
+                        {
+                            Ok(p) => p,
+                            Err(_) => {
+                                self.metrics.error("read_timeout");
+                                return Err(ReadError::ReadTimeout(frame));
+                            }
+                        }
+                    }
+                    // Nothing buffered: waiting holds nothing back.
+                    _ => self.budget.acquire(want).await,
                 }
-                p
             }
         };
         self.held.merge(permit);
@@ -336,6 +355,26 @@ mod tests {
         }
         let err = inb.read(&mut server, &mut buf).await.unwrap_err();
         assert!(matches!(err, ReadError::IdleTimeout(_)), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn partial_frames_waiting_for_budget_time_out_and_free_it() {
+        let budget = InflightBudget::new(MIN_READ_BYTES * 2);
+        let mut inb = inbound(&budget, 60_000, 3_000);
+        let (mut client, mut server) = tokio::io::duplex(64 * 1024);
+        client.write_all(&[1u8; 100]).await.unwrap();
+        let mut buf = BytesMut::new();
+        inb.read(&mut server, &mut buf).await.unwrap(); // a partial frame
+        let hog = budget.acquire(MIN_READ_BYTES * 2 - 100).await;
+        client.write_all(&[1u8; 100]).await.unwrap();
+        let waited = tokio::time::timeout(Duration::from_secs(60), inb.read(&mut server, &mut buf))
+            .await
+            .expect("a partial frame waited for budget past its deadline");
+        let err = waited.unwrap_err();
+        assert!(matches!(err, ReadError::ReadTimeout(_)), "{err}");
+        drop(inb);
+        drop(hog);
+        assert_eq!(budget.in_use(), 0, "the timed-out connection kept budget");
     }
 
     #[tokio::test]
