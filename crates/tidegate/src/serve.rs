@@ -195,11 +195,9 @@ async fn shutdown_signal() {
 mod tests {
     use super::*;
 
-    fn serving_until(token: CancellationToken) -> impl Future<Output = Result<(), String>> {
-        async move {
-            token.cancelled().await;
-            Ok(())
-        }
+    async fn serving_until(token: CancellationToken) -> Result<(), String> {
+        token.cancelled().await;
+        Ok(())
     }
 
     #[tokio::test]
