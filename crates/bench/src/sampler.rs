@@ -75,7 +75,9 @@ impl Sampler {
             let mut stats = ProcessStats::default();
             while !flag.load(Ordering::Acquire) {
                 std::thread::sleep(every.min(Duration::from_millis(100)));
-                if last_t.elapsed() < every && !flag.load(Ordering::Acquire) {
+                // A run shorter than `every` still gets its one sample.
+                let last_chance = flag.load(Ordering::Acquire) && stats.samples == 0;
+                if last_t.elapsed() < every && !last_chance {
                     continue;
                 }
                 let (now, c) = (Instant::now(), cpu_ticks(pid));

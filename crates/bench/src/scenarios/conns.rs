@@ -790,7 +790,7 @@ fn human(
         args.duration,
         plan.sources.len().max(1),
     );
-    out.push_str("| listener | mode | connections | opened | refused at connect | closed by server | held to the end | server RSS before (KiB) | after opening (KiB) | RSS delta / connection (B) | per connection held (B) | peak while held (KiB) | end of hold (KiB) | after closing (KiB) |\n");
+    out.push_str("| listener | mode | connections | connected | refused at connect | closed by server | held to the end | server RSS before (KiB) | after opening (KiB) | RSS delta / connection (B) | per connection held (B) | peak while held (KiB) | end of hold (KiB) | after closing (KiB) |\n");
     out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     out.push_str(&format!(
         "| {listener} | {mode} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",

@@ -349,6 +349,7 @@ async fn measure(args: &S2sArgs) -> anyhow::Result<(Report, String)> {
     let target = Target::resolve(&args.common, &extra)?;
     let http = target.addr(|a| a.http);
     let progress = Progress::start("s2s");
+    let client_sampler = crate::Sampler::start_self(Duration::from_secs(1));
     let interval = Duration::from_millis(args.interval_ms);
     let ramp = Duration::from_millis(args.ramp_ms);
     let t0 = Instant::now();
@@ -400,6 +401,7 @@ async fn measure(args: &S2sArgs) -> anyhow::Result<(Report, String)> {
     let end = Instant::now();
     let duration = end - t0;
     progress.finish();
+    let client = client_sampler.finish();
     let server = target.finish();
 
     // Every transaction that was due counts: one that failed, or never
@@ -513,6 +515,7 @@ async fn measure(args: &S2sArgs) -> anyhow::Result<(Report, String)> {
     report.latency_us = total;
     report.latency_expected = true;
     report.server = server;
+    report.client = client;
     report.extra = serde_json::json!({
         "numOfClient": args.clients, "numOfTx": args.tx, "numOfPacketsPerTx": args.packets,
         "txIntervalMillis": args.interval_ms, "totalSuccessfulTx": ok,
