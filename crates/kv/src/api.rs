@@ -1,0 +1,217 @@
+//! The HTTP API, exactly the highload-dht contract:
+//!
+//! - `GET|PUT|DELETE /v0/entity?id=K[&ack=A][&from=F]` → 200 (value) /
+//!   404, 201, 202; 400 for a missing or empty `id` or a bad `ack`/`from`;
+//!   405 for any other method; 504 when fewer than `ack` replicas answer.
+//! - `GET /v0/entities?start=S[&end=E]` → 200, chunked, one chunk
+//!   `key\nvalue` per live entry of this node, sorted, `end` exclusive;
+//!   streamed from a snapshot through a small bounded channel, so memory
+//!   stays constant whatever the range.
+//! - `GET|PUT /v0/internal/entity?id=K`: a replica's own record, for
+//!   coordinators; signed ([`crate::auth`]), never forwarded.
+//! - Any other path → 400 (the reference's `/abracadabra` test).
+//!
+//! Body size, timeouts and the byte budget are the `[http]` server's.
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::auth;
+use crate::client::INTERNAL_PATH;
+use crate::config::MAX_KEY_BYTES;
+use crate::engine::now_ns;
+use crate::error::KvError;
+use crate::record::Record;
+use crate::store::KvStore;
+
+/// Range entries buffered between the storage thread and the socket.
+const RANGE_CHANNEL_ENTRIES: usize = 64;
+
+type Params = Query<HashMap<String, String>>;
+
+/// The KV routes, with their fallback (400 for unknown paths).
+pub fn router(store: KvStore) -> Router {
+    Router::new()
+        .route(
+            "/v0/entity",
+            get(get_entity).put(put_entity).delete(delete_entity),
+        )
+        .route("/v0/entities", get(get_range))
+        .route(INTERNAL_PATH, get(internal).put(internal))
+        .fallback(|| async { (StatusCode::BAD_REQUEST, "Bad Request\n") })
+        // The [http] server enforces max_body_bytes (413) for every route.
+        .layer(DefaultBodyLimit::disable())
+        .with_state(store)
+}
+
+fn bad(why: &str) -> Response {
+    (StatusCode::BAD_REQUEST, format!("{why}\n")).into_response()
+}
+
+fn failed(e: KvError) -> Response {
+    match e {
+        KvError::NotEnoughReplicas { .. } => {
+            (StatusCode::GATEWAY_TIMEOUT, "Not Enough Replicas\n").into_response()
+        }
+        e => {
+            tracing::error!(error = %e, "kv request failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response()
+        }
+    }
+}
+
+/// A validated `id`, `ack` and `from`.
+struct Target {
+    key: Bytes,
+    ack: usize,
+    from: usize,
+}
+
+/// Checks `id`, `ack`, `from` against the cluster size: `from` defaults to
+/// the cluster size, `ack` to a quorum of `from`.
+fn target(p: &HashMap<String, String>, cluster: usize) -> Result<Target, String> {
+    let key = match p.get("id") {
+        Some(id) if !id.is_empty() && id.len() <= MAX_KEY_BYTES => {
+            Bytes::copy_from_slice(id.as_bytes())
+        }
+        Some(id) if !id.is_empty() => return Err("id too long".into()),
+        _ => return Err("missing or empty id".into()),
+    };
+    let num = |name: &str| -> Result<Option<usize>, String> {
+        match p.get(name) {
+            None => Ok(None),
+            Some(v) => v
+                .parse::<usize>()
+                .map(Some)
+                .map_err(|_| format!("{name} is not a number")),
+        }
+    };
+    let from = num("from")?.unwrap_or(cluster);
+    let ack = num("ack")?.unwrap_or(from / 2 + 1);
+    if from == 0 || from > cluster {
+        return Err("from must be between 1 and the cluster size".into());
+    }
+    if ack == 0 || ack > from {
+        return Err("ack must be between 1 and from".into());
+    }
+    Ok(Target { key, ack, from })
+}
+
+async fn get_entity(State(store): State<KvStore>, Query(p): Params) -> Response {
+    let t = match target(&p, store.cluster_size()) {
+        Ok(t) => t,
+        Err(why) => return bad(&why),
+    };
+    match store.get(t.key, t.ack, t.from).await {
+        Ok(Some(value)) => (StatusCode::OK, value).into_response(),
+        Ok(None) => (StatusCode::NOT_FOUND, "Not Found\n").into_response(),
+        Err(e) => failed(e),
+    }
+}
+
+async fn put_entity(State(store): State<KvStore>, Query(p): Params, body: Bytes) -> Response {
+    let t = match target(&p, store.cluster_size()) {
+        Ok(t) => t,
+        Err(why) => return bad(&why),
+    };
+    match store.write(t.key, Some(body), t.ack, t.from).await {
+        Ok(()) => (StatusCode::CREATED, "Created\n").into_response(),
+        Err(e) => failed(e),
+    }
+}
+
+async fn delete_entity(State(store): State<KvStore>, Query(p): Params) -> Response {
+    let t = match target(&p, store.cluster_size()) {
+        Ok(t) => t,
+        Err(why) => return bad(&why),
+    };
+    match store.write(t.key, None, t.ack, t.from).await {
+        Ok(()) => (StatusCode::ACCEPTED, "Accepted\n").into_response(),
+        Err(e) => failed(e),
+    }
+}
+
+async fn get_range(State(store): State<KvStore>, Query(p): Params) -> Response {
+    let start = match p.get("start") {
+        Some(s) if !s.is_empty() => s.clone().into_bytes(),
+        _ => return bad("missing or empty start"),
+    };
+    let end = p.get("end").map(|e| e.clone().into_bytes());
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, KvError>>(RANGE_CHANNEL_ENTRIES);
+    let engine = store.engine().clone();
+    // The snapshot is walked on the blocking pool; a full channel makes the
+    // walk wait for the socket, and a gone client ends it.
+    tokio::task::spawn_blocking(move || {
+        for entry in engine.range(&start, end.as_deref()) {
+            let chunk = entry.map(|(k, v)| {
+                let mut b = BytesMut::with_capacity(k.len() + 1 + v.len());
+                b.put_slice(&k);
+                b.put_u8(b'\n');
+                b.put_slice(&v);
+                b.freeze()
+            });
+            let stop = chunk.is_err();
+            if tx.blocking_send(chunk).is_err() || stop {
+                return;
+            }
+        }
+    });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    (StatusCode::OK, Body::from_stream(stream)).into_response()
+}
+
+/// A coordinator's request for this node's own record: verified, then
+/// answered from (or applied to) the local engine only.
+async fn internal(
+    State(store): State<KvStore>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    Query(p): Params,
+    body: Bytes,
+) -> Response {
+    let path = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str());
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Err(e) = auth::verify(
+        store.secret(),
+        method.as_str(),
+        path,
+        header(auth::TIME_HEADER),
+        header(auth::SIGNATURE_HEADER),
+        &body,
+        now_ns() / 1_000_000,
+    ) {
+        tracing::warn!(error = %e, path, "kv: internal request refused");
+        return (StatusCode::FORBIDDEN, "Forbidden\n").into_response();
+    }
+    let key = match p.get("id") {
+        Some(id) if !id.is_empty() && id.len() <= MAX_KEY_BYTES => {
+            Bytes::copy_from_slice(id.as_bytes())
+        }
+        _ => return bad("missing or empty id"),
+    };
+    if method == Method::GET {
+        return match store.local_get(key).await {
+            Ok(Some(r)) => (StatusCode::OK, r.encode()).into_response(),
+            Ok(None) => (StatusCode::NOT_FOUND, "Not Found\n").into_response(),
+            Err(e) => failed(e),
+        };
+    }
+    let record = match Record::decode(body) {
+        Ok(r) => r,
+        Err(e) => return bad(&e.to_string()),
+    };
+    match store.local_apply(key, record).await {
+        Ok(_) => (StatusCode::CREATED, "Created\n").into_response(),
+        Err(e) => failed(e),
+    }
+}

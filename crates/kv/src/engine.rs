@@ -1,0 +1,283 @@
+//! The local storage engine: one fjall keyspace mapping key bytes to
+//! [`Record`] bytes, with last-write-wins applied on every write, the
+//! `[kv] sync` durability policy, and a background thread that fsyncs
+//! (`interval_ms:N`) and purges tombstones older than the grace period.
+//!
+//! Every call blocks on disk I/O; async callers run them on the blocking
+//! pool ([`crate::store`]). Not for: replication or timestamps (the
+//! coordinator stamps records before they get here).
+
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use parking_lot::Mutex;
+
+use crate::config::SyncPolicy;
+use crate::error::KvError;
+use crate::record::Record;
+
+/// Name of the keyspace holding the records.
+const KEYSPACE: &str = "entities";
+/// Locks that make a read-compare-write of one key atomic; a key takes the
+/// stripe of its hash, so unrelated keys rarely wait on each other.
+const LOCK_STRIPES: usize = 256;
+/// Longest sleep of the maintenance thread, so it notices a stop quickly.
+const MAINTENANCE_TICK: Duration = Duration::from_millis(50);
+/// Longest time between two tombstone purge passes.
+const MAX_PURGE_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The local store. Cheap to share behind an `Arc`.
+pub struct Engine {
+    db: Database,
+    data: Keyspace,
+    sync: SyncPolicy,
+    stripes: Box<[Mutex<()>]>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Engine {
+    /// Opens (creating when missing) the engine in `dir`.
+    pub fn open(dir: &Path, sync: SyncPolicy) -> Result<Self, KvError> {
+        std::fs::create_dir_all(dir).map_err(|source| KvError::DataDir {
+            path: dir.display().to_string(),
+            source,
+        })?;
+        let db = Database::builder(dir)
+            // "none": writes stay in the journal's buffer (kill -9 loses
+            // them); otherwise every write reaches the OS before returning.
+            .manual_journal_persist(sync == SyncPolicy::None)
+            .open()?;
+        let data = db.keyspace(KEYSPACE, KeyspaceCreateOptions::default)?;
+        Ok(Engine {
+            db,
+            data,
+            sync,
+            stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            stop: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// Starts the thread that fsyncs on `interval_ms:N` and purges
+    /// tombstones older than `tombstone_grace`. It ends when the engine is
+    /// dropped.
+    pub fn start_maintenance(self: &Arc<Self>, tombstone_grace: Duration) {
+        let weak = Arc::downgrade(self);
+        let stop = self.stop.clone();
+        let sync_every = match self.sync {
+            SyncPolicy::IntervalMs(n) => Some(Duration::from_millis(n)),
+            _ => None,
+        };
+        let purge_every = (tombstone_grace / 2).clamp(MAINTENANCE_TICK, MAX_PURGE_INTERVAL);
+        std::thread::Builder::new()
+            .name("kv-maintenance".into())
+            .spawn(move || {
+                let (mut since_sync, mut since_purge) = (Duration::ZERO, Duration::ZERO);
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(MAINTENANCE_TICK);
+                    since_sync += MAINTENANCE_TICK;
+                    since_purge += MAINTENANCE_TICK;
+                    let Some(engine) = weak.upgrade() else { return };
+                    if sync_every.is_some_and(|every| since_sync >= every) {
+                        since_sync = Duration::ZERO;
+                        if let Err(e) = engine.db.persist(PersistMode::SyncData) {
+                            tracing::error!(error = %e, "kv: periodic fsync failed");
+                        }
+                    }
+                    if since_purge >= purge_every {
+                        since_purge = Duration::ZERO;
+                        let cutoff = now_ns().saturating_sub(tombstone_grace.as_nanos() as u64);
+                        match engine.purge_tombstones(cutoff) {
+                            Ok(0) => {}
+                            Ok(n) => tracing::debug!(purged = n, "kv: tombstones purged"),
+                            Err(e) => tracing::error!(error = %e, "kv: tombstone purge failed"),
+                        }
+                    }
+                }
+            })
+            .expect("spawning the kv maintenance thread");
+    }
+
+    fn stripe(&self, key: &[u8]) -> &Mutex<()> {
+        let h = xxhash_rust::xxh3::xxh3_64(key) as usize;
+        &self.stripes[h % LOCK_STRIPES]
+    }
+
+    /// The stored version of `key` (value or tombstone), if any.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Record>, KvError> {
+        match self.data.get(key)? {
+            Some(v) => Ok(Some(Record::decode(Bytes::copy_from_slice(&v))?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Stores `record` unless the stored version wins over it
+    /// (last-write-wins); returns whether it was stored. Answers after the
+    /// write is in the journal as far as `[kv] sync` promises.
+    pub fn apply(&self, key: &[u8], record: &Record) -> Result<bool, KvError> {
+        let stored = {
+            let _guard = self.stripe(key).lock();
+            let newer = match self.get(key)? {
+                Some(current) => record.supersedes(&current),
+                None => true,
+            };
+            if newer {
+                self.data.insert(key, record.encode().as_ref())?;
+            }
+            newer
+        };
+        if stored && self.sync == SyncPolicy::Always {
+            self.db.persist(PersistMode::SyncData)?;
+        }
+        Ok(stored)
+    }
+
+    /// Live entries (tombstones skipped) with `start <= key < end`, in key
+    /// order, read lazily from a snapshot.
+    pub fn range(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+    ) -> impl Iterator<Item = Result<(Bytes, Bytes), KvError>> + Send + 'static {
+        let upper = match end {
+            Some(e) => Bound::Excluded(e.to_vec()),
+            None => Bound::Unbounded,
+        };
+        self.data
+            .range::<Vec<u8>, _>((Bound::Included(start.to_vec()), upper))
+            .filter_map(|guard| {
+                let decoded = guard
+                    .into_inner()
+                    .map_err(KvError::from)
+                    .and_then(|(k, v)| {
+                        let r = Record::decode(Bytes::copy_from_slice(&v))?;
+                        Ok((Bytes::copy_from_slice(&k), r))
+                    });
+                match decoded {
+                    Ok((_, r)) if r.tombstone => None,
+                    Ok((k, r)) => Some(Ok((k, r.value))),
+                    Err(e) => Some(Err(e)),
+                }
+            })
+    }
+
+    /// Removes tombstones stamped before `cutoff_ns`; returns how many.
+    pub fn purge_tombstones(&self, cutoff_ns: u64) -> Result<usize, KvError> {
+        let mut purged = 0;
+        for guard in self.data.iter() {
+            let (k, v) = guard.into_inner()?;
+            let r = Record::decode(Bytes::copy_from_slice(&v))?;
+            if !(r.tombstone && r.timestamp < cutoff_ns) {
+                continue;
+            }
+            // Re-check under the key's lock: a newer write may have landed
+            // since the snapshot was read, and must not be removed.
+            let _guard = self.stripe(&k).lock();
+            if self.get(&k)?.is_some_and(|now| now == r) {
+                self.data.remove(k)?;
+                purged += 1;
+            }
+        }
+        Ok(purged)
+    }
+
+    /// Pushes everything written so far to disk (`fdatasync`).
+    pub fn persist(&self) -> Result<(), KvError> {
+        Ok(self.db.persist(PersistMode::SyncData)?)
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Nanoseconds since the Unix epoch.
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(ts: u64, s: &'static str) -> Record {
+        Record::value(ts, Bytes::from_static(s.as_bytes()))
+    }
+
+    #[test]
+    fn last_write_wins_whatever_the_arrival_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(dir.path(), SyncPolicy::Always).unwrap();
+        assert!(e.apply(b"k", &v(2, "new")).unwrap());
+        assert!(!e.apply(b"k", &v(1, "old")).unwrap());
+        assert_eq!(e.get(b"k").unwrap().unwrap().value, "new");
+        assert!(
+            e.apply(b"k", &Record::tombstone(2)).unwrap(),
+            "a tombstone wins a tie"
+        );
+        assert!(!e.apply(b"k", &v(2, "zzz")).unwrap());
+        assert!(e.get(b"k").unwrap().unwrap().tombstone);
+    }
+
+    #[test]
+    fn data_survives_reopening_and_a_deleted_directory_is_recreated() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kv");
+        {
+            let e = Engine::open(&path, SyncPolicy::IntervalMs(1000)).unwrap();
+            e.apply(b"a", &v(1, "1")).unwrap();
+        }
+        let e = Engine::open(&path, SyncPolicy::IntervalMs(1000)).unwrap();
+        assert_eq!(e.get(b"a").unwrap().unwrap().value, "1");
+        drop(e);
+        std::fs::remove_dir_all(&path).unwrap();
+        let e = Engine::open(&path, SyncPolicy::None).unwrap();
+        assert_eq!(e.get(b"a").unwrap(), None);
+    }
+
+    #[test]
+    fn range_is_sorted_half_open_and_skips_tombstones() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(dir.path(), SyncPolicy::None).unwrap();
+        for k in ["b", "a", "d", "c"] {
+            e.apply(k.as_bytes(), &v(1, k)).unwrap();
+        }
+        e.apply(b"c", &Record::tombstone(2)).unwrap();
+        let got: Vec<_> = e.range(b"a", Some(b"d")).map(|r| r.unwrap().0).collect();
+        assert_eq!(got, vec!["a", "b"]);
+        let all: Vec<_> = e.range(b"b", None).map(|r| r.unwrap().0).collect();
+        assert_eq!(all, vec!["b", "d"]);
+    }
+
+    #[test]
+    fn only_tombstones_older_than_the_cutoff_are_purged() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Arc::new(Engine::open(dir.path(), SyncPolicy::None).unwrap());
+        e.apply(b"old", &Record::tombstone(10)).unwrap();
+        e.apply(b"new", &Record::tombstone(100)).unwrap();
+        e.apply(b"val", &v(5, "x")).unwrap();
+        assert_eq!(e.purge_tombstones(50).unwrap(), 1);
+        assert_eq!(e.get(b"old").unwrap(), None);
+        assert!(e.get(b"new").unwrap().is_some());
+        assert!(e.get(b"val").unwrap().is_some());
+
+        e.apply(b"soon", &Record::tombstone(now_ns())).unwrap();
+        e.start_maintenance(Duration::from_millis(100));
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while e.get(b"soon").unwrap().is_some() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "maintenance never purged"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! Tidegate KV: a replicated key-value store with the highload-dht HTTP API
+//! (`/v0/entity?id=&ack=&from=`, `/v0/entities?start=&end=`), served on the
+//! `[http]` listener when a `[kv]` section exists.
+//!
+//! The pieces, one job each: [`config`] (`[kv]`), [`record`] (a stamped
+//! value or tombstone and its byte format, used both on disk and between
+//! nodes), [`engine`] (the local fjall store, last-write-wins), [`ring`]
+//! (rendezvous hashing), [`auth`] (HMAC on internal requests), [`client`]
+//! (pooled HTTP to peers), [`store`] (the coordinator: fan-out, quorum),
+//! [`watch`] (every accepted write published on the hub), [`api`] (the
+//! axum routes). This crate is not the HTTP server: limits, timeouts and
+//! the byte budget are applied by the binary's `[http]` server.
+
+pub mod api;
+pub mod auth;
+pub mod client;
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod record;
+pub mod ring;
+pub mod store;
+pub mod watch;
+
+pub use config::{KvConfig, SyncPolicy};
+pub use engine::Engine;
+pub use error::KvError;
+pub use record::Record;
+pub use store::KvStore;
