@@ -54,6 +54,8 @@ pub struct Prepared {
     pub forward: Option<ForwardServer>,
     /// `[s2s]`, bound.
     pub s2s: Option<S2sServer>,
+    /// `[kv]`: the store, its engine open (served on `[http]`).
+    pub kv: Option<tidegate_kv::KvStore>,
 }
 
 /// Checks `config` and binds its listeners. Must run inside a tokio runtime.
@@ -88,6 +90,21 @@ pub fn prepare(config: Config, file: Option<&Path>) -> Result<Prepared, Prefligh
     }
     let s2s_ports = S2sPorts::new(config.s2s.clone(), hub.clone())
         .map_err(|e| fail(format!("[[s2s.input_ports]] / [[s2s.output_ports]]: {e}")))?;
+
+    // The KV engine opens (and its data_dir is created) before any port.
+    let kv = match &config.kv {
+        Some(k) => {
+            if !config.http.listener.enabled {
+                return Err(fail(
+                    "[kv] is served on [http]: set [http] enabled = true".into(),
+                ));
+            }
+            let store = tidegate_kv::KvStore::open(k, Some(hub.clone()))
+                .map_err(|e| fail(e.to_string()))?;
+            Some(store)
+        }
+        None => None,
+    };
 
     // Bind in order; an error drops (closes) what was bound before it.
     let http = if config.http.listener.enabled {
@@ -129,6 +146,7 @@ pub fn prepare(config: Config, file: Option<&Path>) -> Result<Prepared, Prefligh
         sockperf,
         forward,
         s2s,
+        kv,
     })
 }
 

@@ -71,6 +71,7 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
         sockperf,
         forward,
         s2s,
+        kv,
     } = p;
     let shutdown = CancellationToken::new();
     let grace = Duration::from_millis(config.hub.shutdown_grace_ms);
@@ -118,6 +119,10 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
         let app = http::routes::router(hub.clone(), readiness.clone()).merge(
             tidegate_s2s::http::router_with_ports(s2s_ports, port, raw_port),
         );
+        let app = match kv {
+            Some(store) => app.merge(tidegate_kv::api::router(store)),
+            None => app,
+        };
         let app = http::server::with_limits(app, &config.http, hub.budget().clone());
         let (hub, token) = (hub.clone(), shutdown.clone());
         start(&mut tasks, &readiness, "http", async move {

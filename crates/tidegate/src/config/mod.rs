@@ -17,6 +17,7 @@ use thiserror::Error;
 use tidegate_forward::ForwardConfig;
 use tidegate_hub::RouteConfig;
 use tidegate_kafka::KafkaConfig;
+use tidegate_kv::KvConfig;
 use tidegate_listener::ListenerSettings;
 use tidegate_s2s::S2sConfig;
 use tidegate_wire::{SockperfConfig, WireConfig};
@@ -46,6 +47,10 @@ pub struct Config {
     pub sinks: SinksConfig,
     /// `[[routes]]`
     pub routes: Vec<RouteConfig>,
+    /// `[kv]`: the replicated key-value store, on `[http]` under `/v0/`;
+    /// off when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv: Option<KvConfig>,
 }
 
 /// Largest default in-flight byte budget: 2 GiB.
