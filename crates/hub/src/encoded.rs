@@ -15,11 +15,20 @@ use bytes::Bytes;
 pub enum EncodedForm {
     /// A wire-protocol MESSAGE frame (header included).
     WireMessage = 0,
+    /// A Socket.IO EVENT for namespace `/` inside an Engine.IO message
+    /// (`42["topic",payload]`, or `451-[…]` when the payload is binary):
+    /// the same text for polling and websocket.
+    SocketIoEvent = 1,
+    /// The payload as `b`+base64: a binary attachment inside an Engine.IO
+    /// polling payload.
+    EngineIoBase64 = 2,
+    /// The push `/ws` JSON `message` text.
+    PushJson = 3,
 }
 
 /// Number of [`EncodedForm`]s; a transport that encodes messages for many
 /// sessions adds its form above and bumps this.
-const FORMS: usize = 1;
+const FORMS: usize = 4;
 
 /// The cache of encoded forms. Never part of a message's identity: clones
 /// start empty and equality ignores it.

@@ -1,0 +1,139 @@
+//! How a hub message looks on each push transport, encoded once per
+//! message and form (the bytes are cached on the message and shared by
+//! every session of that form).
+//!
+//! A payload that is valid JSON is embedded as JSON; valid UTF-8 otherwise
+//! becomes a JSON string; anything else travels as binary (a Socket.IO
+//! attachment, a `/ws` binary frame).
+
+use bytes::Bytes;
+use serde::de::IgnoredAny;
+use tidegate_hub::{EncodedForm, Message};
+
+use crate::engineio::packet::base64_form;
+
+/// What a payload is, for embedding it in JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayloadKind<'a> {
+    /// Valid JSON text, embedded as is.
+    Json(&'a str),
+    /// UTF-8 text that is not JSON, embedded as a JSON string.
+    Text(&'a str),
+    /// Binary, sent as an attachment or a binary frame.
+    Binary,
+}
+
+/// Classifies a payload.
+pub fn payload_kind(payload: &[u8]) -> PayloadKind<'_> {
+    match std::str::from_utf8(payload) {
+        Ok(s) if serde_json::from_str::<IgnoredAny>(s).is_ok() => PayloadKind::Json(s),
+        Ok(s) => PayloadKind::Text(s),
+        Err(_) => PayloadKind::Binary,
+    }
+}
+
+fn json_string(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
+}
+
+/// The Engine.IO text of a Socket.IO EVENT named after the message's topic,
+/// on namespace `nsp`: `42["topic",payload]` (`4` + `2/nsp,[…]` off the main
+/// namespace), or `451-["topic",{"_placeholder":true,"num":0}]` for binary.
+pub fn socketio_event(msg: &Message, nsp: &str) -> Bytes {
+    let kind = payload_kind(&msg.payload);
+    let mut s = String::with_capacity(msg.payload.len() + msg.topic.len() + 32);
+    s.push('4');
+    s.push(if kind == PayloadKind::Binary {
+        '5'
+    } else {
+        '2'
+    });
+    if kind == PayloadKind::Binary {
+        s.push_str("1-");
+    }
+    if nsp != "/" {
+        s.push_str(nsp);
+        s.push(',');
+    }
+    s.push('[');
+    s.push_str(&json_string(&msg.topic));
+    s.push(',');
+    match kind {
+        PayloadKind::Json(j) => s.push_str(j),
+        PayloadKind::Text(t) => s.push_str(&json_string(t)),
+        PayloadKind::Binary => s.push_str(r#"{"_placeholder":true,"num":0}"#),
+    }
+    s.push(']');
+    Bytes::from(s)
+}
+
+/// The cached Socket.IO event of namespace `/`, or a fresh one for others.
+pub fn cached_socketio_event(msg: &Message, nsp: &str) -> Bytes {
+    if nsp == "/" {
+        msg.encoded::<()>(EncodedForm::SocketIoEvent, |m| Ok(socketio_event(m, "/")))
+            .unwrap_or_default()
+    } else {
+        socketio_event(msg, nsp)
+    }
+}
+
+/// The cached `b`+base64 form of the payload (polling attachments).
+pub fn cached_base64(msg: &Message) -> Bytes {
+    msg.encoded::<()>(EncodedForm::EngineIoBase64, |m| Ok(base64_form(&m.payload)))
+        .unwrap_or_default()
+}
+
+/// The `/ws` JSON `message`: `{"op":"message","topic":…,"payload":…}`, or
+/// `{"op":"message","topic":…,"binary":true}` followed by a binary frame.
+pub fn ws_message(msg: &Message) -> Bytes {
+    let mut s = String::with_capacity(msg.payload.len() + msg.topic.len() + 48);
+    s.push_str(r#"{"op":"message","topic":"#);
+    s.push_str(&json_string(&msg.topic));
+    match payload_kind(&msg.payload) {
+        PayloadKind::Json(j) => {
+            s.push_str(r#","payload":"#);
+            s.push_str(j);
+        }
+        PayloadKind::Text(t) => {
+            s.push_str(r#","payload":"#);
+            s.push_str(&json_string(t));
+        }
+        PayloadKind::Binary => s.push_str(r#","binary":true"#),
+    }
+    s.push('}');
+    Bytes::from(s)
+}
+
+/// The cached `/ws` JSON message.
+pub fn cached_ws_message(msg: &Message) -> Bytes {
+    msg.encoded::<()>(EncodedForm::PushJson, |m| Ok(ws_message(m)))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_are_embedded_by_kind() {
+        let m = Message::new("a.b", &b"{\"x\":1}"[..]);
+        assert_eq!(&socketio_event(&m, "/")[..], br#"42["a.b",{"x":1}]"#);
+        assert_eq!(&socketio_event(&m, "/n")[..], br#"42/n,["a.b",{"x":1}]"#);
+        let m = Message::new("a.b", &b"hi \"there\""[..]);
+        assert_eq!(&socketio_event(&m, "/")[..], br#"42["a.b","hi \"there\""]"#);
+        assert_eq!(
+            &ws_message(&m)[..],
+            br#"{"op":"message","topic":"a.b","payload":"hi \"there\""}"#
+        );
+        let m = Message::new("a.b", &[0xff, 0][..]);
+        assert_eq!(
+            &socketio_event(&m, "/")[..],
+            br#"451-["a.b",{"_placeholder":true,"num":0}]"#
+        );
+        assert_eq!(&cached_base64(&m)[..], b"b/wA=");
+        assert_eq!(
+            &ws_message(&m)[..],
+            br#"{"op":"message","topic":"a.b","binary":true}"#
+        );
+    }
+}

@@ -1,0 +1,330 @@
+//! One Engine.IO session's shared state: its outbox (packets waiting for a
+//! transport to write them), which transport carries it, and whether a poll
+//! or a websocket is attached. Transports drain the outbox; the session task
+//! fills it.
+//!
+//! No lock here is held across an `.await`.
+
+use std::collections::VecDeque;
+
+use axum::extract::ws::Utf8Bytes;
+use base64::Engine as _;
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, Notify};
+use tokio_util::sync::CancellationToken;
+
+use crate::engineio::handshake::Transport;
+use crate::engineio::packet::EioPacket;
+use crate::engineio::payload::encode_payload;
+
+/// Packets the outbox holds before the session task stops taking messages
+/// from its hub queue (which then applies its overflow policy).
+pub const OUTBOX_SOFT_LIMIT: usize = 1024;
+/// Packets beyond which the client is not reading at all and the session is
+/// closed (replies to its own requests pile up).
+pub const OUTBOX_HARD_LIMIT: usize = 8 * OUTBOX_SOFT_LIMIT;
+/// Client packets waiting for the session task; a full queue stops reading.
+pub const INBOUND_QUEUE: usize = 64;
+
+/// A packet waiting to be written, already encoded.
+#[derive(Debug, Clone)]
+pub enum Outgoing {
+    /// A whole Engine.IO text packet (`4…`, `2`, `6`, …).
+    Text(Bytes),
+    /// A binary message; `base64` is its polling form when already known.
+    Binary {
+        /// The bytes (a websocket binary frame).
+        raw: Bytes,
+        /// `b`+base64, if the sender had it cached.
+        base64: Option<Bytes>,
+    },
+}
+
+impl Outgoing {
+    fn polling_bytes(&self) -> Bytes {
+        match self {
+            Outgoing::Text(t) => t.clone(),
+            Outgoing::Binary {
+                base64: Some(b), ..
+            } => b.clone(),
+            Outgoing::Binary { raw, base64: None } => {
+                let mut s = String::from("b");
+                base64::engine::general_purpose::STANDARD.encode_string(raw, &mut s);
+                Bytes::from(s)
+            }
+        }
+    }
+
+    /// The websocket message for this packet.
+    pub fn ws_message(&self) -> axum::extract::ws::Message {
+        use axum::extract::ws::Message;
+        match self {
+            Outgoing::Text(t) => Utf8Bytes::try_from(t.clone())
+                .map(Message::Text)
+                .unwrap_or_else(|_| Message::Binary(t.clone())),
+            Outgoing::Binary { raw, .. } => Message::Binary(raw.clone()),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    outbox: VecDeque<Outgoing>,
+    transport: Transport,
+    upgrading: bool,
+    poll_pending: bool,
+    post_pending: bool,
+    ws_attached: bool,
+    closed: bool,
+}
+
+/// What a polling GET gets.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PollAnswer {
+    /// A payload to send (packets, or `6` during an upgrade, or `1`).
+    Payload(Vec<u8>),
+    /// Nothing yet: wait and ask again.
+    Wait,
+}
+
+/// One Engine.IO session.
+#[derive(Debug)]
+pub struct EngineSession {
+    /// Its id.
+    pub sid: String,
+    state: Mutex<State>,
+    /// Wakes the writing transport (pending GET or websocket writer).
+    writable: Notify,
+    /// Wakes the session task when the outbox drained.
+    drained: Notify,
+    inbound: mpsc::Sender<EioPacket>,
+    closed: CancellationToken,
+}
+
+impl EngineSession {
+    /// A session on `transport`, and the receiver of its client packets.
+    pub fn new(sid: String, transport: Transport) -> (Self, mpsc::Receiver<EioPacket>) {
+        let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
+        let s = EngineSession {
+            sid,
+            state: Mutex::new(State {
+                outbox: VecDeque::new(),
+                transport,
+                upgrading: false,
+                poll_pending: false,
+                post_pending: false,
+                ws_attached: transport == Transport::WebSocket,
+                closed: false,
+            }),
+            writable: Notify::new(),
+            drained: Notify::new(),
+            inbound: tx,
+            closed: CancellationToken::new(),
+        };
+        (s, rx)
+    }
+
+    /// Queues packets for the client. Returns false (and closes the
+    /// session) when the client has left more than [`OUTBOX_HARD_LIMIT`]
+    /// unread.
+    pub fn send(&self, packets: impl IntoIterator<Item = Outgoing>) -> bool {
+        let mut st = self.state.lock();
+        if st.closed {
+            return false;
+        }
+        st.outbox.extend(packets);
+        let over = st.outbox.len() > OUTBOX_HARD_LIMIT;
+        drop(st);
+        if over {
+            self.close();
+            return false;
+        }
+        self.writable.notify_one();
+        true
+    }
+
+    /// Queues one text packet.
+    pub fn send_text(&self, text: impl Into<Bytes>) -> bool {
+        self.send([Outgoing::Text(text.into())])
+    }
+
+    /// Packets waiting in the outbox.
+    pub fn outbox_len(&self) -> usize {
+        self.state.lock().outbox.len()
+    }
+
+    /// Resolves when a transport drained the outbox since the last call.
+    pub async fn drained(&self) {
+        self.drained.notified().await
+    }
+
+    /// Resolves when there may be something to write.
+    pub async fn writable(&self) {
+        self.writable.notified().await
+    }
+
+    /// The transport carrying the session now.
+    pub fn transport(&self) -> Transport {
+        self.state.lock().transport
+    }
+
+    /// Ends the session: transports stop, the task exits.
+    pub fn close(&self) {
+        self.state.lock().closed = true;
+        self.closed.cancel();
+        self.writable.notify_one();
+    }
+
+    /// Whether the session ended.
+    pub fn is_closed(&self) -> bool {
+        self.closed.is_cancelled()
+    }
+
+    /// Resolves when the session ends.
+    pub async fn closed(&self) {
+        self.closed.cancelled().await
+    }
+
+    /// Hands a client packet to the session task (waits while its queue is
+    /// full). False if the session is gone.
+    pub async fn receive(&self, p: EioPacket) -> bool {
+        self.inbound.send(p).await.is_ok()
+    }
+
+    /// Marks a polling GET as pending; false if one already is (the spec's
+    /// "second concurrent GET": the caller answers 400 and closes).
+    pub fn begin_poll(&self) -> bool {
+        let mut st = self.state.lock();
+        !std::mem::replace(&mut st.poll_pending, true)
+    }
+
+    /// The pending GET ended (answered or its client went away).
+    pub fn end_poll(&self) {
+        self.state.lock().poll_pending = false;
+    }
+
+    /// Marks a POST as in progress; false if one already is.
+    pub fn begin_post(&self) -> bool {
+        let mut st = self.state.lock();
+        !std::mem::replace(&mut st.post_pending, true)
+    }
+
+    /// The POST ended.
+    pub fn end_post(&self) {
+        self.state.lock().post_pending = false;
+    }
+
+    /// What the pending GET answers now, within `max_payload`.
+    pub fn poll(&self, max_payload: usize) -> PollAnswer {
+        let mut st = self.state.lock();
+        if st.closed {
+            return PollAnswer::Payload(b"1".to_vec());
+        }
+        if st.outbox.is_empty() {
+            // During an upgrade the pending GET is released with a noop so
+            // the client can switch transports.
+            return if st.upgrading {
+                PollAnswer::Payload(b"6".to_vec())
+            } else {
+                PollAnswer::Wait
+            };
+        }
+        let parts: Vec<Bytes> = st.outbox.iter().map(Outgoing::polling_bytes).collect();
+        let (body, n) = encode_payload(parts.iter().map(|b| &b[..]), max_payload);
+        st.outbox.drain(..n);
+        drop(st);
+        self.drained.notify_one();
+        PollAnswer::Payload(body)
+    }
+
+    /// Takes everything queued, for a websocket writer.
+    pub fn take_all(&self, into: &mut Vec<Outgoing>) {
+        into.extend(self.state.lock().outbox.drain(..));
+        self.drained.notify_one();
+    }
+
+    /// Whether polling requests are still allowed (not upgraded).
+    pub fn is_polling(&self) -> bool {
+        self.state.lock().transport == Transport::Polling
+    }
+
+    /// Attaches a websocket for an upgrade; false if one is attached or the
+    /// session already runs on websocket.
+    pub fn attach_ws(&self) -> bool {
+        let mut st = self.state.lock();
+        if st.ws_attached || st.transport == Transport::WebSocket || st.closed {
+            return false;
+        }
+        st.ws_attached = true;
+        true
+    }
+
+    /// The probe succeeded: release the pending GET with a noop.
+    pub fn start_upgrade(&self) {
+        self.state.lock().upgrading = true;
+        self.writable.notify_one();
+    }
+
+    /// The client sent `5`: the websocket carries the session from now on.
+    pub fn finish_upgrade(&self) {
+        let mut st = self.state.lock();
+        st.upgrading = false;
+        st.transport = Transport::WebSocket;
+        drop(st);
+        self.writable.notify_one();
+    }
+
+    /// The upgrade failed: the session stays on polling.
+    pub fn abort_upgrade(&self) {
+        let mut st = self.state.lock();
+        st.upgrading = false;
+        st.ws_attached = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_poll_takes_what_fits_and_the_rest_waits() {
+        let (s, _rx) = EngineSession::new("x".into(), Transport::Polling);
+        assert_eq!(s.poll(100), PollAnswer::Wait);
+        s.send([
+            Outgoing::Text(Bytes::from_static(b"4aaaa")),
+            Outgoing::Text(Bytes::from_static(b"4bbbb")),
+            Outgoing::Binary {
+                raw: Bytes::from_static(&[1]),
+                base64: None,
+            },
+        ]);
+        assert_eq!(s.poll(11), PollAnswer::Payload(b"4aaaa\x1e4bbbb".to_vec()));
+        assert_eq!(s.poll(11), PollAnswer::Payload(b"bAQ==".to_vec()));
+        s.start_upgrade();
+        assert_eq!(s.poll(11), PollAnswer::Payload(b"6".to_vec()));
+        s.close();
+        assert_eq!(s.poll(11), PollAnswer::Payload(b"1".to_vec()));
+    }
+
+    #[test]
+    fn one_poll_and_one_post_at_a_time() {
+        let (s, _rx) = EngineSession::new("x".into(), Transport::Polling);
+        assert!(s.begin_poll());
+        assert!(!s.begin_poll());
+        s.end_poll();
+        assert!(s.begin_poll());
+        assert!(s.begin_post());
+        assert!(!s.begin_post());
+    }
+
+    #[test]
+    fn a_client_that_never_reads_is_closed_at_the_hard_limit() {
+        let (s, _rx) = EngineSession::new("x".into(), Transport::Polling);
+        for _ in 0..OUTBOX_HARD_LIMIT {
+            assert!(s.send_text(Bytes::from_static(b"2")));
+        }
+        assert!(!s.send_text(Bytes::from_static(b"2")));
+        assert!(s.is_closed());
+    }
+}

@@ -1,0 +1,84 @@
+//! The task behind one Engine.IO session: heartbeats (a `2` every
+//! pingInterval, closed when no `3` comes within pingTimeout), client
+//! packets into the application protocol, and hub messages out — taken from
+//! the session's hub queue only while the outbox has room, so a slow client
+//! leaves them in the bounded hub queue where the overflow policy applies.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::{sleep_until, Instant};
+use tracing::debug;
+
+use super::engine::{EngineSession, OUTBOX_SOFT_LIMIT};
+use crate::app::App;
+use crate::context::PushContext;
+use crate::engineio::packet::EioPacket;
+
+/// Hub messages moved into the outbox per wake-up at most.
+pub const DELIVERY_BATCH: usize = 256;
+
+/// Runs the session until it closes, then forgets it.
+pub async fn run(
+    session: Arc<EngineSession>,
+    mut inbound: mpsc::Receiver<EioPacket>,
+    mut app: App,
+    ctx: Arc<PushContext>,
+) {
+    let interval = Duration::from_millis(ctx.config.ping_interval_ms);
+    let timeout = Duration::from_millis(ctx.config.ping_timeout_ms);
+    let mut next_ping = Instant::now() + interval;
+    let mut pong_due: Option<Instant> = None;
+    let mut batch = Vec::with_capacity(DELIVERY_BATCH);
+    let mut frames = Vec::new();
+    let reason: String = loop {
+        let room = OUTBOX_SOFT_LIMIT.saturating_sub(session.outbox_len());
+        let take = room.min(DELIVERY_BATCH);
+        let sub = app.subscriber();
+        tokio::select! {
+            _ = session.closed() => break "closed".into(),
+            p = inbound.recv() => {
+                let Some(p) = p else { break "transport gone".into() };
+                let r = match p {
+                    EioPacket::Pong(_) => {
+                        pong_due = None;
+                        next_ping = Instant::now() + interval;
+                        Ok(())
+                    }
+                    EioPacket::Message(t) => app.on_text(t, &session, &ctx).await,
+                    EioPacket::Binary(b) => app.on_binary(b, &session, &ctx).await,
+                    EioPacket::Close => break "client closed".into(),
+                    // Pings from clients are not part of v4; noops and
+                    // stray upgrades carry nothing.
+                    EioPacket::Ping(_) | EioPacket::Noop | EioPacket::Upgrade => Ok(()),
+                    EioPacket::Open(_) => break "client sent an open packet".into(),
+                };
+                if let Err(e) = r {
+                    break e.0;
+                }
+            }
+            _ = sleep_until(next_ping), if pong_due.is_none() => {
+                session.send_text(&b"2"[..]);
+                pong_due = Some(Instant::now() + timeout);
+            }
+            _ = sleep_until(pong_due.unwrap_or_else(Instant::now)), if pong_due.is_some() => {
+                break "ping timeout".into();
+            }
+            r = async { sub.expect("guarded").recv_many(&mut batch, take).await }, if take > 0 && sub.is_some() => {
+                match r {
+                    Ok(_) => {
+                        app.deliver(&batch, session.transport(), &mut frames);
+                        batch.clear();
+                        session.send(frames.drain(..));
+                    }
+                    Err(e) => break e.to_string(),
+                }
+            }
+            _ = session.drained(), if take == 0 => {}
+        }
+    };
+    debug!(sid = %session.sid, %reason, "engine.io session ended");
+    session.close();
+    ctx.sessions.remove(&session.sid);
+}

@@ -1,0 +1,131 @@
+//! The Engine.IO endpoint: one handler for `/engine.io/` and `/socket.io/`
+//! that checks the query (400 with the reference's error codes), opens
+//! sessions, and hands requests to [`polling`] or [`websocket`].
+
+pub mod polling;
+pub mod websocket;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::{RawQuery, State};
+use axum::http::{header, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use crate::app::{json::JsonSession, socketio::SocketIoApp, App};
+use crate::context::PushContext;
+use crate::engineio::handshake::{new_sid, parse_query, HandshakeError, Transport};
+use crate::session::{task, EngineSession};
+
+/// Which application protocol a path serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// `/socket.io/`: Socket.IO v5.
+    SocketIo,
+    /// `/engine.io/`: plain Engine.IO (JSON protocol, or echo in conformance mode).
+    EngineIo,
+}
+
+/// The 400 answer for `e`, as the reference server words it.
+pub fn refuse(e: HandshakeError) -> Response {
+    let status = if e == HandshakeError::Forbidden {
+        StatusCode::FORBIDDEN
+    } else {
+        StatusCode::BAD_REQUEST
+    };
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        e.body(),
+    )
+        .into_response()
+}
+
+/// Handles every request under an Engine.IO path.
+pub async fn handle(
+    flavor: Flavor,
+    State(ctx): State<Arc<PushContext>>,
+    method: Method,
+    RawQuery(query): RawQuery,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    body: Body,
+) -> Response {
+    let q = match parse_query(query.as_deref().unwrap_or("")) {
+        Ok(q) => q,
+        Err(e) => return refuse(e),
+    };
+    match (q.sid, q.transport) {
+        (None, Transport::Polling) => {
+            if method != Method::GET {
+                return refuse(HandshakeError::BadHandshakeMethod);
+            }
+            match open(flavor, &ctx, Transport::Polling) {
+                Ok((_, open_text)) => polling::text_response(open_text.into_bytes()),
+                Err(e) => refuse(e),
+            }
+        }
+        (None, Transport::WebSocket) => {
+            let Ok(ws) = ws else {
+                return refuse(HandshakeError::BadRequest);
+            };
+            match open(flavor, &ctx, Transport::WebSocket) {
+                Ok((s, open_text)) => websocket::serve_new(ws, s, open_text, ctx),
+                Err(e) => refuse(e),
+            }
+        }
+        (Some(sid), transport) => {
+            let Some(s) = ctx.sessions.get(&sid) else {
+                return refuse(HandshakeError::UnknownSid);
+            };
+            match transport {
+                Transport::Polling => polling::handle(s, method, body, &ctx).await,
+                Transport::WebSocket => match ws {
+                    Ok(ws) => websocket::serve_upgrade(ws, s, ctx),
+                    Err(_) => refuse(HandshakeError::BadRequest),
+                },
+            }
+        }
+    }
+}
+
+/// Opens a session on `transport`, starts its task, and returns it with its
+/// open packet.
+fn open(
+    flavor: Flavor,
+    ctx: &Arc<PushContext>,
+    transport: Transport,
+) -> Result<(Arc<EngineSession>, String), HandshakeError> {
+    let sid = new_sid();
+    let (session, inbound) = EngineSession::new(sid, transport);
+    let session = Arc::new(session);
+    if !ctx
+        .sessions
+        .insert(session.clone(), ctx.config.max_sessions)
+    {
+        return Err(HandshakeError::Forbidden);
+    }
+    let upgrades: &[&str] = match transport {
+        Transport::Polling => &["websocket"],
+        Transport::WebSocket => &[],
+    };
+    let open_text = crate::engineio::handshake::OpenInfo {
+        sid: &session.sid,
+        upgrades,
+        ping_interval: ctx.config.ping_interval_ms,
+        ping_timeout: ctx.config.ping_timeout_ms,
+        max_payload: ctx.config.max_payload,
+    }
+    .packet_text();
+    let app = match flavor {
+        Flavor::SocketIo => App::SocketIo(Box::new(SocketIoApp::new(ctx))),
+        Flavor::EngineIo if ctx.config.conformance => App::Echo,
+        Flavor::EngineIo => App::Json(Box::new(JsonSession::new(
+            ctx.hub.subscriber(ctx.config.subscriber_options()),
+            ctx.config.max_subscriptions,
+        ))),
+    };
+    tokio::spawn(task::run(session.clone(), inbound, app, ctx.clone()));
+    Ok((session, open_text))
+}

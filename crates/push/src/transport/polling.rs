@@ -1,0 +1,135 @@
+//! HTTP long-polling: a GET waits for the session's outbox and answers with
+//! everything queued within maxPayload (one `\x1e`-joined body); a POST
+//! carries client packets. One GET and one POST at a time: a second
+//! concurrent one is a 400 and closes the session (spec). Polling after an
+//! upgrade is a 400.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::refuse;
+use crate::context::PushContext;
+use crate::engineio::handshake::HandshakeError;
+use crate::engineio::payload::decode_payload;
+use crate::engineio::EioError;
+use crate::session::engine::PollAnswer;
+use crate::session::EngineSession;
+
+/// A pending GET is answered with a noop after this long at most, so it
+/// always ends before `[http] request_timeout_ms` whatever the ping
+/// settings (the client simply polls again).
+pub const MAX_POLL_WAIT: Duration = Duration::from_secs(30);
+
+/// `200 text/plain` with `body`.
+pub fn text_response(body: Vec<u8>) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; charset=UTF-8")],
+        body,
+    )
+        .into_response()
+}
+
+/// Clears the pending-GET mark however the request ends (answered, or the
+/// client went away and the future was dropped).
+struct PollGuard<'a>(&'a EngineSession);
+
+impl Drop for PollGuard<'_> {
+    fn drop(&mut self) {
+        self.0.end_poll();
+    }
+}
+
+struct PostGuard<'a>(&'a EngineSession);
+
+impl Drop for PostGuard<'_> {
+    fn drop(&mut self) {
+        self.0.end_post();
+    }
+}
+
+/// Serves a GET or POST on an existing session.
+pub async fn handle(
+    s: Arc<EngineSession>,
+    method: Method,
+    body: Body,
+    ctx: &PushContext,
+) -> Response {
+    if !s.is_polling() {
+        return refuse(HandshakeError::BadRequest);
+    }
+    match method {
+        Method::GET => get(&s, ctx).await,
+        Method::POST => post(&s, body, ctx).await,
+        _ => refuse(HandshakeError::BadRequest),
+    }
+}
+
+async fn get(s: &EngineSession, ctx: &PushContext) -> Response {
+    if !s.begin_poll() {
+        // A second concurrent GET: the spec closes the session; the first
+        // GET then answers `1`.
+        s.close();
+        return refuse(HandshakeError::BadRequest);
+    }
+    let _guard = PollGuard(s);
+    let deadline = tokio::time::Instant::now()
+        + MAX_POLL_WAIT.min(Duration::from_millis(
+            ctx.config.ping_interval_ms + ctx.config.ping_timeout_ms,
+        ));
+    loop {
+        let wake = s.writable();
+        match s.poll(ctx.config.max_payload) {
+            PollAnswer::Payload(b) => return text_response(b),
+            PollAnswer::Wait => {}
+        }
+        tokio::select! {
+            _ = wake => {}
+            _ = s.closed() => {}
+            _ = tokio::time::sleep_until(deadline) => return text_response(b"6".to_vec()),
+        }
+    }
+}
+
+async fn post(s: &EngineSession, body: Body, ctx: &PushContext) -> Response {
+    if !s.begin_post() {
+        s.close();
+        return refuse(HandshakeError::BadRequest);
+    }
+    let _guard = PostGuard(s);
+    let max = ctx.config.max_payload;
+    let bytes = match axum::body::to_bytes(body, max.saturating_add(1)).await {
+        Ok(b) => b,
+        Err(_) => {
+            // Larger than maxPayload (or the body broke off): the reference
+            // answers 413 and closes the session.
+            s.close();
+            return (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload larger than maxPayload\n",
+            )
+                .into_response();
+        }
+    };
+    let packets = match decode_payload(&bytes, max) {
+        Ok(p) => p,
+        Err(e @ EioError::TooLarge { .. }) => {
+            s.close();
+            return (StatusCode::PAYLOAD_TOO_LARGE, format!("{e}\n")).into_response();
+        }
+        Err(e) => {
+            s.close();
+            return (StatusCode::BAD_REQUEST, format!("bad payload: {e}\n")).into_response();
+        }
+    };
+    for p in packets {
+        if !s.receive(p).await {
+            break;
+        }
+    }
+    (StatusCode::OK, [(header::CONTENT_TYPE, "text/html")], "ok").into_response()
+}

@@ -1,0 +1,137 @@
+//! The websocket transport: one Engine.IO packet per frame (binary packets
+//! as raw binary frames). A session opened on websocket starts with the
+//! open packet; a polling session upgrades with the probe (`2probe` →
+//! `3probe`, the pending GET released with `6`, then the client's `5`).
+//! The writer drains everything queued and flushes once per wake-up.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::response::Response;
+use futures::{SinkExt, StreamExt};
+use tracing::debug;
+
+use super::refuse;
+use crate::context::PushContext;
+use crate::engineio::handshake::HandshakeError;
+use crate::engineio::packet::EioPacket;
+use crate::session::{EngineSession, Outgoing};
+
+fn limits(ws: WebSocketUpgrade, ctx: &PushContext) -> WebSocketUpgrade {
+    ws.max_message_size(ctx.config.max_payload)
+        .max_frame_size(ctx.config.max_payload)
+}
+
+/// A session opened directly on websocket.
+pub fn serve_new(
+    ws: WebSocketUpgrade,
+    s: Arc<EngineSession>,
+    open_text: String,
+    ctx: Arc<PushContext>,
+) -> Response {
+    limits(ws, &ctx).on_upgrade(move |mut socket| async move {
+        if socket.send(Message::text(open_text)).await.is_ok() {
+            run(socket, &s).await;
+        }
+        s.close();
+    })
+}
+
+/// A polling session upgrading to websocket.
+pub fn serve_upgrade(
+    ws: WebSocketUpgrade,
+    s: Arc<EngineSession>,
+    ctx: Arc<PushContext>,
+) -> Response {
+    if !s.attach_ws() {
+        // One websocket per session; none once upgraded.
+        return refuse(HandshakeError::BadRequest);
+    }
+    let timeout = Duration::from_millis(ctx.config.upgrade_timeout_ms);
+    limits(ws, &ctx).on_upgrade(move |mut socket| async move {
+        match tokio::time::timeout(timeout, probe(&mut socket, &s)).await {
+            Ok(true) => run(socket, &s).await,
+            _ => {
+                debug!(sid = %s.sid, "websocket upgrade failed; session stays on polling");
+                s.abort_upgrade();
+                let _ = socket.send(Message::Close(None)).await;
+            }
+        }
+    })
+}
+
+/// The probe exchange; true once the client sent `5`.
+async fn probe(socket: &mut WebSocket, s: &EngineSession) -> bool {
+    let mut probed = false;
+    while let Some(Ok(msg)) = socket.recv().await {
+        let Message::Text(t) = msg else { continue };
+        match EioPacket::decode_text(&t) {
+            Ok(EioPacket::Ping(d)) if d == "probe" && !probed => {
+                if socket.send(Message::text("3probe")).await.is_err() {
+                    return false;
+                }
+                probed = true;
+                s.start_upgrade();
+            }
+            Ok(EioPacket::Upgrade) if probed => {
+                s.finish_upgrade();
+                return true;
+            }
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Moves packets both ways until either side ends.
+async fn run(socket: WebSocket, s: &EngineSession) {
+    let (mut tx, mut rx) = socket.split();
+    let reader = async {
+        while let Some(Ok(msg)) = rx.next().await {
+            let p = match msg {
+                Message::Text(t) => match EioPacket::decode_text(&t) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        debug!(sid = %s.sid, error = %e, "bad engine.io packet; closing");
+                        return;
+                    }
+                },
+                Message::Binary(b) => EioPacket::Binary(b),
+                Message::Close(_) => return,
+                Message::Ping(_) | Message::Pong(_) => continue,
+            };
+            if !s.receive(p).await {
+                return;
+            }
+        }
+    };
+    let writer = async {
+        let mut batch: Vec<Outgoing> = Vec::new();
+        loop {
+            let wake = s.writable();
+            s.take_all(&mut batch);
+            if !batch.is_empty() {
+                for o in batch.drain(..) {
+                    if tx.feed(o.ws_message()).await.is_err() {
+                        return;
+                    }
+                }
+                if tx.flush().await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            if s.is_closed() {
+                let _ = tx.send(Message::Close(None)).await;
+                return;
+            }
+            wake.await;
+        }
+    };
+    tokio::select! {
+        _ = reader => {}
+        _ = writer => {}
+    }
+    s.close();
+}

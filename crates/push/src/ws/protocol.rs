@@ -1,0 +1,78 @@
+//! The `/ws` JSON protocol's client requests, decoded from one text frame.
+//! Pure. Server replies are built in [`crate::app::json`] and
+//! [`crate::delivery`]. Documented in docs/push.md.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// One client request.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ClientOp {
+    /// Subscribe to topic patterns.
+    Subscribe {
+        /// Echoed in the reply.
+        #[serde(default)]
+        id: Option<u64>,
+        /// Patterns (`*` one token, `>` the rest).
+        patterns: Vec<String>,
+    },
+    /// Remove subscriptions.
+    Unsubscribe {
+        /// Echoed in the reply.
+        #[serde(default)]
+        id: Option<u64>,
+        /// Patterns as subscribed.
+        patterns: Vec<String>,
+    },
+    /// Publish to a topic: `payload` (any JSON; a string is sent as its
+    /// text), or `"binary": true` and the next binary frame is the payload.
+    Publish {
+        /// Echoed in the reply.
+        #[serde(default)]
+        id: Option<u64>,
+        /// The topic.
+        topic: String,
+        /// The payload.
+        #[serde(default)]
+        payload: Option<Value>,
+        /// The payload is the next binary frame.
+        #[serde(default)]
+        binary: bool,
+    },
+}
+
+/// Decodes one request.
+pub fn decode(text: &str) -> Result<ClientOp, String> {
+    serde_json::from_str(text).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn requests_decode() {
+        assert_eq!(
+            decode(r#"{"op":"subscribe","id":1,"patterns":["a.>"]}"#),
+            Ok(ClientOp::Subscribe {
+                id: Some(1),
+                patterns: vec!["a.>".into()]
+            })
+        );
+        assert!(matches!(
+            decode(r#"{"op":"publish","topic":"a","payload":{"x":1}}"#),
+            Ok(ClientOp::Publish { binary: false, .. })
+        ));
+        assert!(decode(r#"{"op":"nope"}"#).is_err());
+        assert!(decode("[").is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn any_text_decodes_without_panic(s in "\\PC{0,64}") {
+            let _ = decode(&s);
+        }
+    }
+}
