@@ -123,6 +123,7 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
             Some(store) => app.merge(tidegate_kv::api::router(store)),
             None => app,
         };
+        let app = app.merge(tidegate_push::router(hub.clone(), config.push.clone()));
         let app = http::server::with_limits(app, &config.http, hub.budget().clone());
         let (hub, token) = (hub.clone(), shutdown.clone());
         start(&mut tasks, &readiness, "http", async move {

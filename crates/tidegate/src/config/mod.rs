@@ -51,6 +51,8 @@ pub struct Config {
     /// off when absent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kv: Option<KvConfig>,
+    /// `[push]`: Engine.IO / Socket.IO / `/ws` / `/v1/publish`, on `[http]`.
+    pub push: tidegate_push::PushConfig,
 }
 
 /// Largest default in-flight byte budget: 2 GiB.
@@ -218,6 +220,9 @@ fn check(c: &Config, path: &Path) -> Result<(), ConfigError> {
                 )));
             }
         }
+    }
+    if let Some(m) = c.push.check() {
+        return Err(inconsistent(format!("[push] {m}")));
     }
     if c.hub.max_inflight_bytes == 0 {
         return Err(inconsistent("[hub] max_inflight_bytes must be > 0".into()));
