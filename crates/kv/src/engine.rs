@@ -47,12 +47,15 @@ impl Engine {
             path: dir.display().to_string(),
             source,
         })?;
+        // "none": writes stay in the journal's buffer (kill -9 loses them);
+        // otherwise every write reaches the OS before returning.
+        let manual = sync == SyncPolicy::None;
         let db = Database::builder(dir)
-            // "none": writes stay in the journal's buffer (kill -9 loses
-            // them); otherwise every write reaches the OS before returning.
-            .manual_journal_persist(sync == SyncPolicy::None)
+            .manual_journal_persist(manual)
             .open()?;
-        let data = db.keyspace(KEYSPACE, KeyspaceCreateOptions::default)?;
+        let data = db.keyspace(KEYSPACE, || {
+            KeyspaceCreateOptions::default().manual_journal_persist(manual)
+        })?;
         Ok(Engine {
             db,
             data,
