@@ -1,0 +1,118 @@
+//! A push server on a free loopback port for one test, plus small raw
+//! HTTP helpers (the tests speak the protocol byte for byte).
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tidegate_hub::{Hub, RouteTable};
+use tidegate_push::{PushConfig, PushContext};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A running server; dropping it stops the server.
+pub struct Server {
+    pub addr: SocketAddr,
+    pub ctx: Arc<PushContext>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Server {
+    pub async fn start(config: PushConfig) -> Server {
+        let hub = Hub::new(RouteTable::default());
+        let ctx = PushContext::new(hub, config);
+        let app = tidegate_push::router_with_context(ctx.clone());
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            axum::serve(l, app).await.unwrap();
+        });
+        Server { addr, ctx, task }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// One HTTP/1.1 request on a new connection: (status, body).
+    pub async fn request(&self, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
+        let mut s = TcpStream::connect(self.addr).await.unwrap();
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
+        s.write_all(body).await.unwrap();
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await.unwrap();
+        parse_response(&out)
+    }
+
+    /// A polling handshake: the new sid.
+    pub async fn open(&self, path: &str) -> String {
+        let (st, body) = self
+            .request("GET", &format!("{path}?EIO=4&transport=polling"), b"")
+            .await;
+        assert_eq!(st, 200);
+        let v: serde_json::Value = serde_json::from_slice(&body[1..]).unwrap();
+        v["sid"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn get(&self, path: &str, sid: &str) -> (u16, Vec<u8>) {
+        self.request(
+            "GET",
+            &format!("{path}?EIO=4&transport=polling&sid={sid}"),
+            b"",
+        )
+        .await
+    }
+
+    pub async fn post(&self, path: &str, sid: &str, body: &[u8]) -> (u16, Vec<u8>) {
+        self.request(
+            "POST",
+            &format!("{path}?EIO=4&transport=polling&sid={sid}"),
+            body,
+        )
+        .await
+    }
+}
+
+/// Status and (de-chunked) body of a raw response.
+pub fn parse_response(raw: &[u8]) -> (u16, Vec<u8>) {
+    let text = String::from_utf8_lossy(raw);
+    let status = text[9..12].parse().unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let head = text[..split].to_ascii_lowercase();
+    let mut body = raw[split..].to_vec();
+    if head.contains("transfer-encoding: chunked") {
+        let mut out = Vec::new();
+        let mut rest = &body[..];
+        loop {
+            let eol = rest.windows(2).position(|w| w == b"\r\n").unwrap();
+            let n = usize::from_str_radix(std::str::from_utf8(&rest[..eol]).unwrap().trim(), 16)
+                .unwrap();
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&rest[eol + 2..eol + 2 + n]);
+            rest = &rest[eol + 4 + n..];
+        }
+        body = out;
+    }
+    (status, body)
+}
+
+/// A config with fast heartbeats, for tests that wait on them.
+pub fn fast_heartbeats() -> PushConfig {
+    PushConfig {
+        ping_interval_ms: 300,
+        ping_timeout_ms: 300,
+        ..PushConfig::default()
+    }
+}

@@ -1,0 +1,267 @@
+//! Every Engine.IO error case of the spec, over raw HTTP and a raw
+//! websocket: 400s with the reference's codes, a second concurrent GET
+//! closes the session, polling after an upgrade, one websocket per session,
+//! ping timeout, garbage and oversize payloads closing only their session.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{fast_heartbeats, Server};
+use futures::{SinkExt, StreamExt};
+use tidegate_push::PushConfig;
+use tokio_tungstenite::tungstenite::Message;
+
+const SIO: &str = "/socket.io/";
+
+#[tokio::test]
+async fn bad_queries_and_methods_are_400_with_the_reference_codes() {
+    let s = Server::start(PushConfig::default()).await;
+    let cases = [
+        (
+            "GET",
+            "/socket.io/?EIO=3&transport=polling",
+            r#"{"code":3,"message":"Bad request"}"#,
+        ),
+        (
+            "GET",
+            "/socket.io/?transport=polling",
+            r#"{"code":3,"message":"Bad request"}"#,
+        ),
+        (
+            "GET",
+            "/engine.io/?EIO=4&transport=carrier-pigeon",
+            r#"{"code":0,"message":"Transport unknown"}"#,
+        ),
+        (
+            "GET",
+            "/socket.io/?EIO=4&transport=polling&sid=nope",
+            r#"{"code":1,"message":"Session ID unknown"}"#,
+        ),
+        (
+            "POST",
+            "/socket.io/?EIO=4&transport=polling",
+            r#"{"code":2,"message":"Bad handshake method"}"#,
+        ),
+        (
+            "GET",
+            "/socket.io/?EIO=4&transport=websocket",
+            r#"{"code":3,"message":"Bad request"}"#,
+        ),
+    ];
+    for (m, path, want) in cases {
+        let (st, body) = s.request(m, path, b"").await;
+        assert_eq!(
+            (st, String::from_utf8_lossy(&body).as_ref()),
+            (400, want),
+            "{m} {path}"
+        );
+    }
+    let sid = s.open(SIO).await;
+    let (st, _) = s
+        .request(
+            "PUT",
+            &format!("{SIO}?EIO=4&transport=polling&sid={sid}"),
+            b"",
+        )
+        .await;
+    assert_eq!(st, 400);
+}
+
+#[tokio::test]
+async fn a_second_concurrent_get_is_400_and_closes_the_session() {
+    let s = Server::start(PushConfig::default()).await;
+    let sid = s.open(SIO).await;
+    let first = {
+        let (url, sid) = (s.addr, sid.clone());
+        tokio::spawn(async move {
+            let mut st = tokio::net::TcpStream::connect(url).await.unwrap();
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let req = format!("GET {SIO}?EIO=4&transport=polling&sid={sid} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            st.write_all(req.as_bytes()).await.unwrap();
+            let mut out = Vec::new();
+            st.read_to_end(&mut out).await.unwrap();
+            common::parse_response(&out)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (st, _) = s.get(SIO, &sid).await;
+    assert_eq!(st, 400);
+    let (st, body) = tokio::time::timeout(Duration::from_secs(5), first)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (st, body.as_slice()),
+        (200, &b"1"[..]),
+        "the first GET gets a close packet"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (st, _) = s.get(SIO, &sid).await;
+    assert_eq!(st, 400, "the session is gone");
+}
+
+async fn ws_connect(
+    s: &Server,
+    path: &str,
+    sid: Option<&str>,
+) -> Result<
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+    String,
+> {
+    let q = sid.map(|s| format!("&sid={s}")).unwrap_or_default();
+    let url = format!("ws://{}{path}?EIO=4&transport=websocket{q}", s.addr);
+    tokio_tungstenite::connect_async(url)
+        .await
+        .map(|(ws, _)| ws)
+        .map_err(|e| e.to_string())
+}
+
+async fn next_text<S>(ws: &mut S) -> String
+where
+    S: futures::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), ws.next())
+            .await
+            .unwrap()
+        {
+            Some(Ok(Message::Text(t))) => return t.to_string(),
+            Some(Ok(Message::Close(_))) | None => return "<closed>".into(),
+            Some(Ok(_)) => continue,
+            Some(Err(_)) => return "<closed>".into(),
+        }
+    }
+}
+
+#[tokio::test]
+async fn upgrade_releases_the_pending_get_with_noop_and_then_polling_is_400() {
+    let s = Server::start(PushConfig::default()).await;
+    let sid = s.open("/engine.io/").await;
+    let pending = {
+        let (addr, sid) = (s.addr, sid.clone());
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut st = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let req = format!("GET /engine.io/?EIO=4&transport=polling&sid={sid} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            st.write_all(req.as_bytes()).await.unwrap();
+            let mut out = Vec::new();
+            st.read_to_end(&mut out).await.unwrap();
+            common::parse_response(&out)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut ws = ws_connect(&s, "/engine.io/", Some(&sid)).await.unwrap();
+    ws.send(Message::text("2probe")).await.unwrap();
+    assert_eq!(next_text(&mut ws).await, "3probe");
+    let (st, body) = tokio::time::timeout(Duration::from_secs(5), pending)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((st, body.as_slice()), (200, &b"6"[..]));
+    ws.send(Message::text("5")).await.unwrap();
+    // A second websocket for the same session is refused.
+    assert!(ws_connect(&s, "/engine.io/", Some(&sid)).await.is_err());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (st, _) = s.get("/engine.io/", &sid).await;
+    assert_eq!(st, 400, "polling after the upgrade");
+    let (st, _) = s.post("/engine.io/", &sid, b"4x").await;
+    assert_eq!(st, 400);
+    // The session still works on the websocket.
+    ws.send(Message::text(
+        r#"4{"op":"subscribe","id":1,"patterns":["a"]}"#,
+    ))
+    .await
+    .unwrap();
+    let got = next_text(&mut ws).await;
+    assert!(
+        got.starts_with("4{") && got.contains(r#""op":"subscribed""#),
+        "{got}"
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_never_pongs_is_closed_after_the_ping_timeout() {
+    let s = Server::start(fast_heartbeats()).await;
+    let sid = s.open(SIO).await;
+    let (st, body) = s.get(SIO, &sid).await;
+    assert_eq!((st, body.as_slice()), (200, &b"2"[..]), "the ping");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (st, _) = s.get(SIO, &sid).await;
+    assert_eq!(st, 400);
+    assert!(s.ctx.sessions.is_empty());
+
+    // Answering pings keeps it alive.
+    let sid = s.open(SIO).await;
+    for _ in 0..3 {
+        let (_, body) = s.get(SIO, &sid).await;
+        assert_eq!(body, b"2");
+        assert_eq!(s.post(SIO, &sid, b"3").await.0, 200);
+    }
+    assert_eq!(s.ctx.sessions.len(), 1);
+}
+
+#[tokio::test]
+async fn a_posted_close_ends_the_session() {
+    let s = Server::start(PushConfig::default()).await;
+    let sid = s.open(SIO).await;
+    assert_eq!(s.post(SIO, &sid, b"1").await.0, 200);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(s.get(SIO, &sid).await.0, 400);
+}
+
+#[tokio::test]
+async fn garbage_and_oversize_payloads_close_only_their_session() {
+    let s = Server::start(PushConfig {
+        max_payload: 1000,
+        ..PushConfig::default()
+    })
+    .await;
+    let bystander = s.open(SIO).await;
+    assert_eq!(s.post(SIO, &bystander, b"40").await.0, 200);
+    let garbage: [&[u8]; 5] = [
+        b"9zz",
+        &[0xff, 0xfe, 0],
+        b"4a\x1e\x1e",
+        b"bnot base64!",
+        b"5extra",
+    ];
+    for g in garbage {
+        let sid = s.open(SIO).await;
+        assert_eq!(s.post(SIO, &sid, g).await.0, 400, "{g:?}");
+        assert_eq!(s.get(SIO, &sid).await.0, 400, "{g:?} left the session open");
+    }
+    let sid = s.open(SIO).await;
+    assert_eq!(s.post(SIO, &sid, &vec![b'4'; 1001]).await.0, 413);
+    assert_eq!(s.get(SIO, &sid).await.0, 400);
+    // Socket.IO packets that break the protocol close the session too.
+    for bad in [
+        &b"42[\"no connect yet\"]"[..],
+        b"40\x1e42\"not an array\"",
+        b"40\x1e4312",
+        b"40\x1e49",
+    ] {
+        let sid = s.open(SIO).await;
+        assert_eq!(s.post(SIO, &sid, bad).await.0, 200);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (st, body) = s.get(SIO, &sid).await;
+        assert!(st == 400 || body.ends_with(b"1"), "{bad:?}: {st} {body:?}");
+    }
+    // Oversize and garbage websocket frames close that websocket.
+    let mut ws = ws_connect(&s, SIO, None).await.unwrap();
+    assert!(next_text(&mut ws).await.starts_with("0{"));
+    ws.send(Message::text("x".repeat(2000))).await.ok();
+    assert_eq!(next_text(&mut ws).await, "<closed>");
+    let mut ws = ws_connect(&s, SIO, None).await.unwrap();
+    assert!(next_text(&mut ws).await.starts_with("0{"));
+    ws.send(Message::text("9garbage")).await.unwrap();
+    assert_eq!(next_text(&mut ws).await, "<closed>");
+    // The bystander never noticed.
+    let (st, body) = s.get(SIO, &bystander).await;
+    assert_eq!(st, 200);
+    assert!(
+        body.starts_with(b"40{\"sid\""),
+        "{:?}",
+        String::from_utf8_lossy(&body)
+    );
+}

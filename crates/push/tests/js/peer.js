@@ -1,0 +1,106 @@
+// Drives Tidegate push with the stock npm clients; run by crates/push's
+// Rust tests. Usage: node peer.js <scenario> <base url> [args…]
+// Prints one JSON line per result and exits 0 on success, 1 on failure.
+"use strict";
+const { io } = require("socket.io-client");
+const { Socket: EioSocket } = require("engine.io-client");
+
+const [scenario, base, ...args] = process.argv.slice(2);
+const fail = (why) => {
+  console.log(JSON.stringify({ ok: false, why: String(why) }));
+  process.exit(1);
+};
+setTimeout(() => fail("timed out"), 20000).unref();
+
+// socket.io-client: connect (with auth) over the given transports,
+// subscribe, publish JSON, text and binary, receive each as an event named
+// after its topic; report the transport in use at the end.
+function socketio(transports, expectTransport) {
+  const topic = `t.${expectTransport}.${process.pid}`;
+  const s = io(base, { transports, auth: { token: "abc" }, reconnection: false });
+  const got = [];
+  s.on("connect_error", (e) => fail(`connect_error ${e.message}`));
+  s.onAny((event, payload) => got.push([event, payload]));
+  s.on("connect", async () => {
+    const sub = await s.emitWithAck("subscribe", [`t.${expectTransport}.>`, "bad..x"]);
+    if (sub.accepted.length !== 1 || sub.refused[0].pattern !== "bad..x") fail(`subscribe ack ${JSON.stringify(sub)}`);
+    // Wait for the upgrade when one is expected, so delivery crosses it.
+    if (expectTransport === "websocket" && s.io.engine.transport.name !== "websocket") {
+      await new Promise((r) => s.io.engine.once("upgrade", r));
+    }
+    const a = await s.emitWithAck("publish", topic, { n: 1 });
+    if (!a.ok) fail(`publish ack ${JSON.stringify(a)}`);
+    await s.emitWithAck("publish", topic, "plain text");
+    await s.emitWithAck("publish", topic, Buffer.from([0xff, 0, 1]));
+    const deadline = Date.now() + 5000;
+    while (got.length < 3 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    const [j, t, b] = got;
+    if (!j || j[0] !== topic || j[1].n !== 1) fail(`json event ${JSON.stringify(got)}`);
+    if (!t || t[1] !== "plain text") fail(`text event ${JSON.stringify(t)}`);
+    if (!b || !Buffer.isBuffer(b[1]) || !b[1].equals(Buffer.from([0xff, 0, 1]))) fail(`binary event ${JSON.stringify(b)}`);
+    const un = await s.emitWithAck("unsubscribe", [`t.${expectTransport}.>`]);
+    if (un.accepted.length !== 1) fail(`unsubscribe ${JSON.stringify(un)}`);
+    const transport = s.io.engine.transport.name;
+    if (transport !== expectTransport) fail(`transport ${transport}, expected ${expectTransport}`);
+    // An unknown namespace is refused with CONNECT_ERROR.
+    const other = io(`${base}/nope`, { transports, reconnection: false });
+    other.on("connect", () => fail("connected to an unknown namespace"));
+    other.on("connect_error", (e) => {
+      console.log(JSON.stringify({ ok: true, transport, events: got.length, nsp_error: e.message }));
+      other.close();
+      s.close();
+      process.exit(0);
+    });
+  });
+}
+
+// engine.io-client on /engine.io/ (the JSON protocol inside messages).
+function engineio(transports) {
+  const s = new EioSocket(base, { transports });
+  const topic = `e.${process.pid}`;
+  s.on("error", (e) => fail(`error ${e}`));
+  s.on("open", () => {
+    s.send(JSON.stringify({ op: "subscribe", id: 1, patterns: [topic] }));
+  });
+  s.on("message", (m) => {
+    const v = JSON.parse(m);
+    if (v.op === "subscribed") s.send(JSON.stringify({ op: "publish", id: 2, topic, payload: { hi: 1 } }));
+    if (v.op === "message") {
+      if (v.topic !== topic || v.payload.hi !== 1) fail(`message ${m}`);
+      console.log(JSON.stringify({ ok: true, transport: s.transport.name }));
+      s.close();
+      process.exit(0);
+    }
+  });
+}
+
+// Subscribes to a pattern, prints READY, then prints each event; exits
+// after `count` events.
+function subscriber(pattern, count) {
+  const s = io(base, { transports: ["websocket"], reconnection: false });
+  let n = 0;
+  s.on("connect_error", (e) => fail(`connect_error ${e.message}`));
+  s.onAny((event, payload) => {
+    console.log(JSON.stringify({ event, payload }));
+    if (++n >= Number(count)) {
+      s.close();
+      process.exit(0);
+    }
+  });
+  s.on("connect", async () => {
+    const sub = await s.emitWithAck("subscribe", [pattern]);
+    if (sub.accepted.length !== 1) fail(`subscribe ${JSON.stringify(sub)}`);
+    console.log("READY");
+  });
+}
+
+switch (scenario) {
+  case "socketio-polling": socketio(["polling"], "polling"); break;
+  case "socketio-websocket": socketio(["websocket"], "websocket"); break;
+  case "socketio-upgrade": socketio(["polling", "websocket"], "websocket"); break;
+  case "engineio-polling": engineio(["polling"]); break;
+  case "engineio-websocket": engineio(["websocket"]); break;
+  case "engineio-upgrade": engineio(["polling", "websocket"]); break;
+  case "subscriber": subscriber(args[0], args[1] || 1); break;
+  default: fail(`unknown scenario ${scenario}`);
+}

@@ -1,0 +1,80 @@
+//! The stock npm clients (`socket.io-client`, `engine.io-client`, installed
+//! by scripts/setup/push.sh) against the push server, over polling,
+//! websocket and the upgrade from one to the other: connect with auth,
+//! subscribe (accepted and refused patterns), publish JSON / text / binary
+//! and receive each as an event named after its topic, unsubscribe, and a
+//! CONNECT_ERROR for an unknown namespace.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::Server;
+use tidegate_push::PushConfig;
+
+fn js_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/js")
+}
+
+/// Runs `peer.js <scenario> <url>` and returns its last output line.
+async fn peer(scenario: &str, url: String) -> String {
+    let dir = js_dir();
+    assert!(
+        dir.join("node_modules/socket.io-client").is_dir(),
+        "npm peers missing: run bash scripts/setup/push.sh"
+    );
+    let scenario = scenario.to_owned();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .arg("peer.js")
+            .arg(&scenario)
+            .arg(&url)
+            .current_dir(dir)
+            .output()
+            .expect("running node")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "peer failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout.lines().last().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socket_io_client_over_polling_websocket_and_upgrade() {
+    let s = Server::start(PushConfig::default()).await;
+    for (scenario, transport) in [
+        ("socketio-polling", "polling"),
+        ("socketio-websocket", "websocket"),
+        ("socketio-upgrade", "websocket"),
+    ] {
+        let line = peer(scenario, s.url()).await;
+        assert!(
+            line.contains(&format!(r#""transport":"{transport}""#))
+                && line.contains(r#""events":3"#)
+                && line.contains("Invalid namespace"),
+            "{scenario}: {line}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_io_client_over_polling_websocket_and_upgrade() {
+    let s = Server::start(PushConfig::default()).await;
+    for (scenario, transport) in [
+        ("engineio-polling", "polling"),
+        ("engineio-websocket", "websocket"),
+        ("engineio-upgrade", "websocket"),
+    ] {
+        let line = peer(scenario, s.url()).await;
+        assert!(
+            line.contains(&format!(r#""transport":"{transport}""#)),
+            "{scenario}: {line}"
+        );
+    }
+}
