@@ -57,7 +57,7 @@ async fn subscribe_publish_receive_and_errors() {
     ))
     .await
     .unwrap();
-    let mut seen = vec![next_json(&mut ws).await, next_json(&mut ws).await];
+    let mut seen = [next_json(&mut ws).await, next_json(&mut ws).await];
     seen.sort_by_key(|v| v["op"].as_str().unwrap().to_owned());
     assert_eq!(
         seen[0],
