@@ -34,6 +34,8 @@ pub struct Node {
     pub config: String,
     /// Extra lines of the `[http]` section.
     pub http: String,
+    /// Where `[wire]` listens, when enabled.
+    pub wire: Option<SocketAddr>,
     /// The running process.
     pub served: Option<Served>,
 }
@@ -48,10 +50,14 @@ impl Node {
     pub fn start(&mut self) {
         assert!(self.served.is_none(), "node {} already runs", self.addr);
         let toml = format!(
-            "[http]\nlisten = \"{}\"\n{}\n[wire]\nenabled = false\n[sockperf]\nenabled = false\n\
+            "[http]\nlisten = \"{}\"\n{}\n[wire]\n{}\n[sockperf]\nenabled = false\n\
              [forward]\nenabled = false\n[s2s]\nenabled = false\n{}\ndata_dir = \"{}\"\n",
             self.addr,
             self.http,
+            match self.wire {
+                Some(a) => format!("listen = \"{a}\""),
+                None => "enabled = false".into(),
+            },
             self.config,
             self.data_dir().display()
         );
@@ -117,6 +123,7 @@ pub fn cluster(n: usize, extra: &str) -> Vec<Node> {
                 urls.join(", ")
             ),
             http: String::new(),
+            wire: None,
             served: None,
         })
         .collect()
