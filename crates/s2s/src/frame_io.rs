@@ -177,6 +177,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + QuickAck, R: ReadSide<S>> FrameIo<S, R>
         !self.rbuf.is_empty()
     }
 
+    /// Bytes received and not yet decoded.
+    pub(crate) fn buffered(&self) -> usize {
+        self.rbuf.len()
+    }
+
     /// Reads more bytes into the read buffer: at most `at_most` where the
     /// read side follows the caller's sizing, at least one.
     pub(crate) async fn fill(

@@ -4,13 +4,13 @@
 //! that are whole off the front of the caller's buffer and remembers which
 //! field comes next, so no byte is decoded twice however thinly the packet
 //! trickles in: a 16 MiB FlowFile read in 1 KiB pieces costs what it costs
-//! in one piece. Header fields (lengths, attribute names and values) are
-//! taken once whole; until then they stay in the caller's buffer. Content is
-//! taken as it arrives: moved into the decoder's own buffer, which grows
-//! with what actually arrived, never with what the length field announces —
-//! or, when all of it is already in the caller's buffer, split off it
-//! without a copy. Taking content as it arrives keeps the caller's read
-//! buffer small and lets a reader see progress on a long upload.
+//! in one piece. A field that has not fully arrived stays in the caller's
+//! buffer. So does the content, hashed as it arrives, until it is whole; it
+//! then leaves as one `Bytes` split off the buffer, without a copy. Memory
+//! therefore grows with what actually arrived (the caller's read buffer),
+//! never with what a length field announces. The price: the caller's buffer
+//! shrinks only once a content is whole, so a reader timing "a partly
+//! received message" times the whole content.
 //!
 //! Not here: sockets and transactions (`frame_io`, `server`, `http`).
 
@@ -23,6 +23,9 @@ use super::{CodecError, DataPacket, PacketLimits};
 /// Content shorter than this is copied out of the receive buffer instead of
 /// sharing it (so a tiny FlowFile does not pin a whole buffer).
 const COPY_BELOW: usize = 4096;
+/// Content arriving in pieces is fed to the CRC in blocks of this size: one
+/// large update costs several times less per byte than many small ones.
+const CRC_BLOCK: usize = 64 << 10;
 
 /// Decodes one FlowFile packet after another from a byte stream, plain or
 /// (`gzip`) in NiFi's `SYNC`-chunk compression, feeding the uncompressed
@@ -64,11 +67,11 @@ impl PacketDecoder {
         }
     }
 
-    /// Takes every whole field it can, and whatever content has arrived, off
-    /// the front of `buf` and returns the packet once it is complete, with
-    /// its uncompressed size. `Ok(None)` means "more bytes needed" and leaves
-    /// in `buf` only the start of a header field (or of a compressed chunk)
-    /// not yet whole. Bytes after a complete packet are left alone (in RAW
+    /// Takes every whole field it can off the front of `buf` and returns the
+    /// packet once it is complete, with its uncompressed size. `Ok(None)`
+    /// means "more bytes needed" and leaves in `buf` only the field being
+    /// waited for (header field, content, or compressed chunk), of which part
+    /// may have arrived. Bytes after a complete packet are left alone (in RAW
     /// they are the next response code). An error means the stream can never
     /// be valid; the decoder must not be used after one.
     pub fn decode(
@@ -87,9 +90,9 @@ impl PacketDecoder {
         self.packet.is_idle() && self.chunks.as_ref().is_none_or(ChunkDecoder::is_idle)
     }
 
-    /// Bytes of the packet in progress the decoder holds itself (attributes
-    /// and content taken so far; inflated bytes not yet taken, when
-    /// compressed). What is still in the caller's buffer is not counted.
+    /// Bytes of the packet in progress the decoder holds itself: decoded
+    /// attributes, and when compressed the inflated bytes (content included)
+    /// not yet handed out. What waits in the caller's buffer is not counted.
     pub fn held_bytes(&self) -> usize {
         self.packet.held_bytes() + self.chunks.as_ref().map_or(0, ChunkDecoder::held_bytes)
     }
@@ -141,8 +144,8 @@ pub(crate) struct PlainDecoder {
     attribute_bytes: u64,
     /// Bytes of the packet taken off the input so far.
     taken: u64,
-    /// Content taken so far, while it arrives in pieces.
-    content: BytesMut,
+    /// Content bytes at the front of the input already fed to the CRC.
+    hashed: usize,
 }
 
 impl PlainDecoder {
@@ -155,7 +158,7 @@ impl PlainDecoder {
             attributes_left: 0,
             attribute_bytes: 0,
             taken: 0,
-            content: BytesMut::new(),
+            hashed: 0,
         }
     }
 
@@ -237,21 +240,22 @@ impl PlainDecoder {
                     self.field = Field::Content(len);
                 }
                 Field::Content(len) => {
-                    let content = if self.content.is_empty() && buf.len() >= len {
-                        crc.update(&buf[..len]);
-                        self.taken += len as u64;
-                        split_content(buf, len)
-                    } else {
-                        let part = (len - self.content.len()).min(buf.len());
-                        crc.update(&buf[..part]);
-                        self.content.extend_from_slice(&buf[..part]);
-                        buf.advance(part);
-                        self.taken += part as u64;
-                        if self.content.len() < len {
-                            return Ok(None);
+                    // The content waits in `buf` until it is whole; what
+                    // arrived is hashed in whole blocks meanwhile (counted
+                    // from the content's start, so the CRC's state does not
+                    // depend on how the bytes were split).
+                    let here = buf.len().min(len);
+                    if here < len {
+                        let blocks = here - here % CRC_BLOCK;
+                        if blocks > self.hashed {
+                            crc.update(&buf[self.hashed..blocks]);
+                            self.hashed = blocks;
                         }
-                        std::mem::take(&mut self.content).freeze()
-                    };
+                        return Ok(None);
+                    }
+                    crc.update(&buf[self.hashed..len]);
+                    self.taken += len as u64;
+                    let content = split_content(buf, len);
                     let size = self.taken as usize;
                     let packet = DataPacket {
                         attributes: std::mem::take(&mut self.attributes),
@@ -281,8 +285,7 @@ impl PlainDecoder {
         self.field == Field::Count && self.taken == 0
     }
 
-    /// The bytes taken so far, now living in attribute strings and the
-    /// partial content.
+    /// The header bytes taken so far, now living in attribute strings.
     pub(crate) fn held_bytes(&self) -> usize {
         self.taken as usize
     }
@@ -295,8 +298,7 @@ impl PlainDecoder {
         match self.field {
             Field::Count | Field::Length => 4,
             Field::ContentLength => 8,
-            Field::Text(len) => len,
-            Field::Content(len) => len - self.content.len(),
+            Field::Text(len) | Field::Content(len) => len,
         }
     }
 }
@@ -344,14 +346,21 @@ mod tests {
             attributes: vec![("k".into(), "vv".into()), ("".into(), "".into())],
             content: Bytes::from(vec![7u8; 5000]),
         };
+        // Past several CRC blocks, to cross them in every way.
+        let large = DataPacket {
+            attributes: vec![],
+            content: Bytes::from((0..200_000u32).map(|i| i as u8).collect::<Vec<u8>>()),
+        };
         let mut wire = BytesMut::new();
         encode_packet(&p, &mut wire);
         encode_packet(&DataPacket::default(), &mut wire);
+        encode_packet(&large, &mut wire);
         let whole = decode_all(&wire, wire.len());
-        assert_eq!(whole.0.len(), 2);
-        assert_eq!(whole.0[0], (p, wire.len() - 12));
+        assert_eq!(whole.0.len(), 3);
+        assert_eq!(whole.0[0], (p.clone(), p.encoded_len()));
+        assert_eq!(whole.0[2], (large.clone(), large.encoded_len()));
         assert_eq!(whole.1, crc32fast::hash(&wire));
-        for piece in [1, 2, 3, 5, 7, 11, 1024] {
+        for piece in [1, 2, 3, 5, 7, 11, 1024, CRC_BLOCK - 1, CRC_BLOCK + 3] {
             assert_eq!(decode_all(&wire, piece), whole, "pieces of {piece}");
         }
     }

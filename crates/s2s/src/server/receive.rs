@@ -131,7 +131,9 @@ async fn read_packet(
         held.cover(done_bytes as usize + decoder.held_bytes())
             .await
             .map_err(budget_error)?;
-        held.ensure_room(DEFAULT_MAX_READ_BYTES)
+        // The listener core holds what waits in the read buffer (a content
+        // stays there until whole) and takes up to one read more.
+        held.ensure_room(s.io.buffered() + DEFAULT_MAX_READ_BYTES)
             .map_err(budget_error)?;
         let size = s.io.packet_read_size(decoder);
         s.io.fill(size, t, "a packet").await?;
