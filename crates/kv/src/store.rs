@@ -8,6 +8,10 @@
 //! ns), so every replica stores the same record and resolves
 //! last-write-wins the same way. Replica writes that are still running when
 //! the quorum is reached keep running to completion in the background.
+//!
+//! Read repair: after a read, every replica seen with an older version (or
+//! none) is sent the newest one in the background — also those that answer
+//! after the client got its response, within the replica timeout.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -117,7 +121,9 @@ impl KvStore {
     }
 
     /// A client GET: the newest version among the first `ack` replicas of
-    /// `from` that answer; `None` for absent or deleted.
+    /// `from` that answer; `None` for absent or deleted. Replicas seen
+    /// holding an older version (or none), and those answering after the
+    /// quorum, are then brought up to date in the background (read repair).
     pub async fn get(&self, key: Bytes, ack: usize, from: usize) -> Result<Option<Bytes>, KvError> {
         let mut pending: FuturesUnordered<_> = self
             .inner
@@ -126,34 +132,16 @@ impl KvStore {
             .into_iter()
             .map(|node| {
                 let (store, key) = (self.clone(), key.clone());
-                async move {
-                    if node == store.inner.ring.self_index() {
-                        store.local_get(key).await.map_err(|e| e.to_string())
-                    } else {
-                        let url = store.inner.ring.url(node);
-                        store
-                            .inner
-                            .client
-                            .get(url, &key)
-                            .await
-                            .map_err(|e| e.to_string())
-                    }
-                }
+                async move { (node, store.read_replica(node, key).await) }
             })
             .collect();
-        let mut newest: Option<Record> = None;
-        let mut got = 0;
+        let mut seen: Vec<(usize, Option<Record>)> = Vec::with_capacity(from);
         let gather = async {
-            while let Some(answer) = pending.next().await {
+            while let Some((node, answer)) = pending.next().await {
                 match answer {
                     Ok(r) => {
-                        got += 1;
-                        if let Some(r) = r {
-                            if newest.as_ref().is_none_or(|n| r.supersedes(n)) {
-                                newest = Some(r);
-                            }
-                        }
-                        if got >= ack {
+                        seen.push((node, r));
+                        if seen.len() >= ack {
                             return;
                         }
                     }
@@ -162,10 +150,87 @@ impl KvStore {
             }
         };
         let _ = tokio::time::timeout(self.inner.replica_timeout, gather).await;
-        if got < ack {
-            return Err(KvError::NotEnoughReplicas { got, needed: ack });
+        if seen.len() < ack {
+            return Err(KvError::NotEnoughReplicas {
+                got: seen.len(),
+                needed: ack,
+            });
+        }
+        let newest = newest_of(seen.iter().filter_map(|(_, r)| r.as_ref())).cloned();
+        if let Some(newest) = &newest {
+            self.spawn_read_repair(key, newest.clone(), seen, pending);
         }
         Ok(newest.filter(|r| !r.tombstone).map(|r| r.value))
+    }
+
+    /// This node's or a peer's own version of `key`.
+    async fn read_replica(&self, node: usize, key: Bytes) -> Result<Option<Record>, String> {
+        if node == self.inner.ring.self_index() {
+            self.local_get(key).await.map_err(|e| e.to_string())
+        } else {
+            let url = self.inner.ring.url(node);
+            self.inner
+                .client
+                .get(url, &key)
+                .await
+                .map_err(|e| e.to_string())
+        }
+    }
+
+    /// Writes `newest` back to every replica that showed an older version,
+    /// including those whose answers arrive after the client was answered
+    /// (bounded by the replica timeout). The record keeps its stamp, so a
+    /// repair racing a newer write loses to it.
+    fn spawn_read_repair<F>(
+        &self,
+        key: Bytes,
+        newest: Record,
+        seen: Vec<(usize, Option<Record>)>,
+        mut late: FuturesUnordered<F>,
+    ) where
+        F: std::future::Future<Output = (usize, Result<Option<Record>, String>)> + Send + 'static,
+    {
+        let store = self.clone();
+        tokio::spawn(async move {
+            let stale = |r: &Option<Record>| r.as_ref().is_none_or(|r| newest.supersedes(r));
+            let mut targets: Vec<usize> = seen
+                .iter()
+                .filter(|(_, r)| stale(r))
+                .map(|(n, _)| *n)
+                .collect();
+            let drain = async {
+                while let Some((node, answer)) = late.next().await {
+                    if answer.is_ok_and(|r| stale(&r)) {
+                        targets.push(node);
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(store.inner.replica_timeout, drain).await;
+            for node in targets {
+                tracing::debug!(node = store.inner.ring.url(node), "kv: read repair");
+                store
+                    .write_replica(node, key.clone(), newest.clone())
+                    .await
+                    .ok();
+            }
+        });
+    }
+
+    /// Writes a stamped record to this node or a peer, within the timeout.
+    async fn write_replica(&self, node: usize, key: Bytes, record: Record) -> Result<(), String> {
+        if node == self.inner.ring.self_index() {
+            return self
+                .local_apply(key, record)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string());
+        }
+        let url = self.inner.ring.url(node);
+        let sent = self.inner.client.put(url, &key, &record);
+        match tokio::time::timeout(self.inner.replica_timeout, sent).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("{url}: no answer in time")),
+        }
     }
 
     /// A client PUT (`Some(value)`) or DELETE (`None`): stamps the write,
@@ -191,22 +256,7 @@ impl KvStore {
                 let (store, key, record) = (self.clone(), key.clone(), record.clone());
                 // Spawned, so a replica write still running when the quorum
                 // is reached (or the client went away) completes anyway.
-                tokio::spawn(async move {
-                    if node == store.inner.ring.self_index() {
-                        store
-                            .local_apply(key, record)
-                            .await
-                            .map(drop)
-                            .map_err(|e| e.to_string())
-                    } else {
-                        let url = store.inner.ring.url(node);
-                        let sent = store.inner.client.put(url, &key, &record);
-                        match tokio::time::timeout(store.inner.replica_timeout, sent).await {
-                            Ok(r) => r.map_err(|e| e.to_string()),
-                            Err(_) => Err(format!("{url}: no answer in time")),
-                        }
-                    }
-                })
+                tokio::spawn(async move { store.write_replica(node, key, record).await })
             })
             .collect();
         let mut got = 0;
@@ -233,6 +283,14 @@ impl KvStore {
         }
         Ok(())
     }
+}
+
+/// The last-write-wins winner of `records`.
+fn newest_of<'a>(records: impl Iterator<Item = &'a Record>) -> Option<&'a Record> {
+    records.fold(None, |best, r| match best {
+        Some(b) if !r.supersedes(b) => Some(b),
+        _ => Some(r),
+    })
 }
 
 /// Runs a blocking storage call on tokio's blocking pool, so disk waits
