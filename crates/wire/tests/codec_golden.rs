@@ -4,7 +4,7 @@
 use bytes::{Bytes, BytesMut};
 use tidegate_hub::Message;
 use tidegate_wire::codec::{decode_frame, encode_frame};
-use tidegate_wire::{Echo, ErrorCode, ErrorFrame, Frame};
+use tidegate_wire::{AuthToken, Echo, ErrorCode, ErrorFrame, Frame};
 
 fn check(frame: Frame, golden: &[u8]) {
     let mut buf = BytesMut::new();
@@ -142,5 +142,32 @@ fn error_golden() {
             message: "big".into(),
         }),
         &[6, 0, 0, 0, 0x08, 0x01, 0x00, b'b', b'i', b'g'],
+    );
+}
+
+#[test]
+fn auth_and_auth_ok_golden() {
+    check(
+        Frame::Auth(AuthToken::new(&b"s3cret"[..])),
+        &[7, 0, 0, 0, 0x09, b's', b'3', b'c', b'r', b'e', b't'],
+    );
+    check(Frame::AuthOk, &[1, 0, 0, 0, 0x0a]);
+}
+
+#[test]
+fn unauthorized_and_timed_out_error_golden() {
+    check(
+        Frame::Error(ErrorFrame {
+            code: ErrorCode::Unauthorized,
+            message: "no".into(),
+        }),
+        &[5, 0, 0, 0, 0x08, 0x0a, 0x00, b'n', b'o'],
+    );
+    check(
+        Frame::Error(ErrorFrame {
+            code: ErrorCode::TimedOut,
+            message: "".into(),
+        }),
+        &[3, 0, 0, 0, 0x08, 0x0b, 0x00],
     );
 }
