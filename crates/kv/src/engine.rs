@@ -23,6 +23,8 @@ use crate::record::Record;
 
 /// Name of the keyspace holding the records.
 const KEYSPACE: &str = "entities";
+/// Name of the keyspace holding hinted-handoff records ([`crate::hints`]).
+const HINTS_KEYSPACE: &str = "hints";
 /// Locks that make a read-compare-write of one key atomic; a key takes the
 /// stripe of its hash, so unrelated keys rarely wait on each other.
 const LOCK_STRIPES: usize = 256;
@@ -35,6 +37,7 @@ const MAX_PURGE_INTERVAL: Duration = Duration::from_secs(60);
 pub struct Engine {
     db: Database,
     data: Keyspace,
+    hints: Keyspace,
     sync: SyncPolicy,
     stripes: Box<[Mutex<()>]>,
     stop: Arc<AtomicBool>,
@@ -56,9 +59,13 @@ impl Engine {
         let data = db.keyspace(KEYSPACE, || {
             KeyspaceCreateOptions::default().manual_journal_persist(manual)
         })?;
+        let hints = db.keyspace(HINTS_KEYSPACE, || {
+            KeyspaceCreateOptions::default().manual_journal_persist(manual)
+        })?;
         Ok(Engine {
             db,
             data,
+            hints,
             sync,
             stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             stop: Arc::new(AtomicBool::new(false)),
@@ -188,6 +195,58 @@ impl Engine {
         Ok(purged)
     }
 
+    /// Keeps `record` for `node` to deliver later, unless a newer hint for
+    /// the same key is kept already. Returns whether the hint is new (not
+    /// replacing one for the same key).
+    pub fn put_hint(&self, node: &str, key: &[u8], record: &Record) -> Result<bool, KvError> {
+        let hint_key = hint_key(node, key);
+        let _guard = self.stripe(&hint_key).lock();
+        let current = match self.hints.get(&hint_key)? {
+            Some(v) => Some(Record::decode(Bytes::copy_from_slice(&v))?),
+            None => None,
+        };
+        if current.as_ref().is_none_or(|c| record.supersedes(c)) {
+            self.hints.insert(&hint_key, record.encode().as_ref())?;
+        }
+        Ok(current.is_none())
+    }
+
+    /// Up to `limit` hints kept for `node`, as (key, record).
+    pub fn hints_for(&self, node: &str, limit: usize) -> Result<Vec<(Bytes, Record)>, KvError> {
+        let prefix = hint_key(node, b"");
+        let mut out = Vec::new();
+        for guard in self.hints.prefix(&prefix).take(limit) {
+            let (k, v) = guard.into_inner()?;
+            let key = Bytes::copy_from_slice(&k[prefix.len()..]);
+            out.push((key, Record::decode(Bytes::copy_from_slice(&v))?));
+        }
+        Ok(out)
+    }
+
+    /// How many hints are kept for `node` (a scan: for start-up only).
+    pub fn count_hints(&self, node: &str) -> Result<usize, KvError> {
+        let mut n = 0;
+        for guard in self.hints.prefix(hint_key(node, b"")) {
+            guard.key()?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Forgets a delivered hint, unless a newer one replaced it meanwhile.
+    pub fn remove_hint(&self, node: &str, key: &[u8], delivered: &Record) -> Result<bool, KvError> {
+        let hint_key = hint_key(node, key);
+        let _guard = self.stripe(&hint_key).lock();
+        let same = match self.hints.get(&hint_key)? {
+            Some(v) => Record::decode(Bytes::copy_from_slice(&v))? == *delivered,
+            None => false,
+        };
+        if same {
+            self.hints.remove(hint_key)?;
+        }
+        Ok(same)
+    }
+
     /// Pushes everything written so far to disk (`fdatasync`).
     pub fn persist(&self) -> Result<(), KvError> {
         Ok(self.db.persist(PersistMode::SyncData)?)
@@ -198,6 +257,15 @@ impl Drop for Engine {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }
+}
+
+/// A hint's key: the node's URL, a zero byte (URLs have none), the key.
+fn hint_key(node: &str, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(node.len() + 1 + key.len());
+    k.extend_from_slice(node.as_bytes());
+    k.push(0);
+    k.extend_from_slice(key);
+    k
 }
 
 /// Nanoseconds since the Unix epoch.

@@ -6,7 +6,8 @@
 //! value or tombstone and its byte format, used both on disk and between
 //! nodes), [`engine`] (the local fjall store, last-write-wins), [`ring`]
 //! (rendezvous hashing), [`auth`] (HMAC on internal requests), [`client`]
-//! (pooled HTTP to peers), [`store`] (the coordinator: fan-out, quorum),
+//! (pooled HTTP to peers), [`store`] (the coordinator: fan-out, quorum,
+//! read repair), [`hints`] (hinted handoff),
 //! [`watch`] (every accepted write published on the hub), [`api`] (the
 //! axum routes). This crate is not the HTTP server: limits, timeouts and
 //! the byte budget are applied by the binary's `[http]` server.
@@ -17,6 +18,7 @@ pub mod client;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod hints;
 pub mod record;
 pub mod ring;
 pub mod store;

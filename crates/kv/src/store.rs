@@ -9,6 +9,9 @@
 //! last-write-wins the same way. Replica writes that are still running when
 //! the quorum is reached keep running to completion in the background.
 //!
+//! Hinted handoff ([`crate::hints`]): a replica write that fails or times
+//! out is kept on this node's disk and delivered when the replica is back.
+//!
 //! Read repair: after a read, every replica seen with an older version (or
 //! none) is sent the newest one in the background — also those that answer
 //! after the client got its response, within the replica timeout.
@@ -25,6 +28,7 @@ use crate::client::ReplicaClient;
 use crate::config::KvConfig;
 use crate::engine::{now_ns, Engine};
 use crate::error::KvError;
+use crate::hints::Hints;
 use crate::record::Record;
 use crate::ring::Ring;
 use crate::watch;
@@ -43,6 +47,7 @@ struct Inner {
     replica_timeout: Duration,
     last_stamp: AtomicU64,
     hub: Option<Hub>,
+    hints: Arc<Hints>,
 }
 
 impl KvStore {
@@ -64,15 +69,23 @@ impl KvStore {
             .as_ref()
             .filter(|s| !s.is_empty())
             .map(|s| Bytes::copy_from_slice(s.as_bytes()));
+        let client = ReplicaClient::new(secret.clone().unwrap_or_default());
+        let replica_timeout = Duration::from_millis(config.replica_timeout_ms);
+        let nodes = (0..ring.len()).map(|i| ring.url(i).to_owned()).collect();
+        let hints = Arc::new(Hints::new(engine.clone(), nodes));
+        if ring.len() > 1 {
+            Hints::spawn_replay(&hints, client.clone(), ring.self_index(), replica_timeout);
+        }
         Ok(KvStore {
             inner: Arc::new(Inner {
                 engine,
                 ring,
-                client: ReplicaClient::new(secret.clone().unwrap_or_default()),
+                client,
                 secret,
-                replica_timeout: Duration::from_millis(config.replica_timeout_ms),
+                replica_timeout,
                 last_stamp: AtomicU64::new(0),
                 hub,
+                hints,
             }),
         })
     }
@@ -85,6 +98,11 @@ impl KvStore {
     /// The secret internal requests are signed with, if configured.
     pub fn secret(&self) -> Option<&[u8]> {
         self.inner.secret.as_deref()
+    }
+
+    /// Hinted-handoff bookkeeping (counters).
+    pub fn hints(&self) -> &Hints {
+        &self.inner.hints
     }
 
     /// The local engine.
@@ -256,7 +274,16 @@ impl KvStore {
                 let (store, key, record) = (self.clone(), key.clone(), record.clone());
                 // Spawned, so a replica write still running when the quorum
                 // is reached (or the client went away) completes anyway.
-                tokio::spawn(async move { store.write_replica(node, key, record).await })
+                tokio::spawn(async move {
+                    let r = store.write_replica(node, key.clone(), record.clone()).await;
+                    if r.is_err() && node != store.inner.ring.self_index() {
+                        let hints = store.inner.hints.clone();
+                        let _ =
+                            tokio::task::spawn_blocking(move || hints.keep(node, &key, &record))
+                                .await;
+                    }
+                    r
+                })
             })
             .collect();
         let mut got = 0;

@@ -1,0 +1,47 @@
+//! Hinted handoff on 2 real nodes: writes and deletes a replica missed
+//! while it was down reach it once it is back — with no client read (the
+//! check looks at the replica's own data) and even when the coordinator
+//! itself restarted in between (hints are on its disk).
+
+#[path = "kv_util.rs"]
+mod kv_util;
+
+use std::time::{Duration, Instant};
+
+use kv_util::*;
+
+fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ok() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_replica_gets_the_writes_it_missed_when_it_comes_back() {
+    let mut nodes = started(2, "");
+    let one = "&from=2&ack=1";
+    assert_eq!(
+        nodes[0].req("PUT", &entity("del", "&from=2&ack=2"), b"v").0,
+        201
+    );
+    nodes[1].kill();
+    for i in 0..5 {
+        assert_eq!(
+            nodes[0].req("PUT", &entity(&format!("h{i}"), one), b"x").0,
+            201
+        );
+    }
+    assert_eq!(nodes[0].req("DELETE", &entity("del", one), b"").0, 202);
+    // The coordinator restarts: its hints are on disk.
+    nodes[0].stop();
+    nodes[0].start();
+    nodes[1].start();
+    for i in 0..5 {
+        eventually(&format!("h{i} not handed off"), || {
+            holds(&nodes[1], &format!("h{i}"))
+        });
+    }
+    eventually("the delete not handed off", || !holds(&nodes[1], "del"));
+}
