@@ -12,6 +12,9 @@ use bytes::BytesMut;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+/// Subscription changes a drained mailbox keeps room for.
+const KEEP_CONTROL_CAPACITY: usize = 64;
+
 /// A subscription change, applied by the writer (which owns the subscriber).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Control {
@@ -113,6 +116,10 @@ impl Outbound {
             p.bytes.clear();
         }
         control.append(&mut p.control);
+        if p.control.capacity() > KEEP_CONTROL_CAPACITY {
+            // A burst of subscription changes does not pin its vector.
+            p.control = Vec::new();
+        }
         p.control_bytes = 0;
         p.closing
     }

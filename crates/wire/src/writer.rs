@@ -22,6 +22,9 @@ use crate::outbound::{Control, Outbound};
 /// A write buffer with more capacity than this is released after its
 /// bytes are written, so a burst does not pin memory on a quiet connection.
 const KEEP_WRITE_CAPACITY: usize = 16 * 1024;
+/// Likewise for the vectors of taken messages and subscription changes,
+/// in elements.
+const KEEP_BATCH_CAPACITY: usize = 64;
 
 /// Writes replies and subscriber messages until the connection closes.
 pub(crate) async fn run(
@@ -62,6 +65,9 @@ pub(crate) async fn run(
         }
         if let Some(s) = &sub {
             let room = batch.saturating_sub(msgs.len());
+            // Grow once, here, rather than step by step under the queue's
+            // lock, which publishers to this subscriber wait on.
+            msgs.reserve(s.len().min(room));
             if let Err(e) = s.try_recv_many(&mut msgs, room) {
                 if msgs.is_empty() {
                     metrics.error("slow_consumer");
@@ -84,6 +90,12 @@ pub(crate) async fn run(
                     tracing::debug!("wire: message on {} not deliverable: {e}", m.topic);
                 }
             }
+        }
+        if msgs.capacity() > KEEP_BATCH_CAPACITY {
+            msgs = Vec::new();
+        }
+        if control.capacity() > KEEP_BATCH_CAPACITY {
+            control = Vec::new();
         }
         if !buf.is_empty() {
             if let Err(e) = wr.write_all(&buf).await {
