@@ -258,3 +258,16 @@ fn bad_kv_configuration_exits_2_naming_the_key() {
         assert!(s.log().contains(key), "{kv}: wanted {key} in {}", s.log());
     }
 }
+
+#[test]
+fn a_clean_stop_keeps_every_write_even_with_sync_none() {
+    let mut n = single("sync = \"none\"\n");
+    for i in 0..20 {
+        assert_eq!(n.req("PUT", &entity(&format!("k{i}"), ""), b"v").0, 201);
+    }
+    n.stop();
+    n.start();
+    for i in 0..20 {
+        assert_eq!(n.req("GET", &entity(&format!("k{i}"), ""), b"").0, 200, "k{i}");
+    }
+}
