@@ -22,6 +22,19 @@ pub const DEFAULT_MAX_SUBSCRIPTIONS: usize = 10_000;
 /// Default largest number of live Engine.IO sessions (both paths together).
 pub const DEFAULT_MAX_SESSIONS: usize = 100_000;
 
+/// How connections are authenticated.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// Anyone may subscribe and publish anything.
+    #[default]
+    None,
+    /// An HS256 JWT is required (Socket.IO CONNECT `auth.token`, `?token=`
+    /// on `/ws` and `/engine.io/`, `Authorization: Bearer` on
+    /// `/v1/publish`); its `subscribe` / `publish` claims bound what it may do.
+    Jwt,
+}
+
 /// `[push]` (served on `[http]` under `/engine.io/`, `/socket.io/`, `/ws`
 /// and `/v1/publish`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,6 +64,10 @@ pub struct PushConfig {
     /// Engine.IO message; Socket.IO `auth`, `message-back`,
     /// `message-with-ack`, namespace `/custom`), for conformance suites.
     pub conformance: bool,
+    /// `none` or `jwt`.
+    pub auth: AuthMode,
+    /// The HS256 secret of `auth = "jwt"`.
+    pub jwt_secret: String,
 }
 
 impl Default for PushConfig {
@@ -67,6 +84,8 @@ impl Default for PushConfig {
             max_sessions: DEFAULT_MAX_SESSIONS,
             namespaces: Vec::new(),
             conformance: false,
+            auth: AuthMode::None,
+            jwt_secret: String::new(),
         }
     }
 }
@@ -100,6 +119,9 @@ impl PushConfig {
         }
         if self.queue_capacity == 0 {
             return Some("queue_capacity must be at least 1".into());
+        }
+        if self.auth == AuthMode::Jwt && self.jwt_secret.is_empty() {
+            return Some("auth = \"jwt\" needs jwt_secret".into());
         }
         if let Some(n) = self.namespaces.iter().find(|n| !n.starts_with('/')) {
             return Some(format!("namespaces: {n:?} must start with '/'"));

@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod app;
+pub mod auth;
 pub mod config;
 pub mod context;
 pub mod delivery;

@@ -7,7 +7,8 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tidegate_hub::{Hub, Message, SharedMessage, Subscriber};
 
-use super::subscriptions;
+use super::subscriptions::{self, Refused};
+use crate::auth::Grants;
 use crate::delivery::{cached_ws_message, payload_kind, PayloadKind};
 use crate::ws::protocol::{decode, ClientOp};
 
@@ -25,6 +26,7 @@ pub enum JsonOut {
 pub struct JsonSession {
     sub: Subscriber,
     max_subscriptions: usize,
+    grants: Grants,
     /// A `publish` with `"binary": true` waiting for its frame.
     pending_publish: Option<(Option<u64>, String)>,
 }
@@ -34,11 +36,12 @@ fn reply(v: Value) -> JsonOut {
 }
 
 impl JsonSession {
-    /// A session with the given hub queue.
-    pub fn new(sub: Subscriber, max_subscriptions: usize) -> Self {
+    /// A session with the given hub queue and rights.
+    pub fn new(sub: Subscriber, max_subscriptions: usize, grants: Grants) -> Self {
         JsonSession {
             sub,
             max_subscriptions,
+            grants,
             pending_publish: None,
         }
     }
@@ -62,12 +65,25 @@ impl JsonSession {
         };
         match op {
             ClientOp::Subscribe { id, patterns } => {
-                let o = subscriptions::subscribe(&mut self.sub, &patterns, self.max_subscriptions);
+                let (allowed, refused): (Vec<String>, Vec<String>) = patterns
+                    .into_iter()
+                    .partition(|p| self.grants.may_subscribe(p));
+                let mut o =
+                    subscriptions::subscribe(&mut self.sub, &allowed, self.max_subscriptions);
+                o.refused.extend(refused.into_iter().map(|pattern| Refused {
+                    pattern,
+                    reason: "not allowed by the token".into(),
+                }));
                 out.push(reply(json!({"op": "subscribed", "id": id, "accepted": o.accepted, "refused": o.refused})));
             }
             ClientOp::Unsubscribe { id, patterns } => {
                 let o = subscriptions::unsubscribe(&mut self.sub, &patterns);
                 out.push(reply(json!({"op": "unsubscribed", "id": id, "accepted": o.accepted, "refused": o.refused})));
+            }
+            // A refused binary publish leaves its frame unexpected: that
+            // frame then gets an error too.
+            ClientOp::Publish { id, topic, .. } if !self.grants.may_publish(&topic) => {
+                out.push(refuse_publish(id))
             }
             ClientOp::Publish {
                 id,
@@ -107,6 +123,10 @@ impl JsonSession {
             }
         }
     }
+}
+
+fn refuse_publish(id: Option<u64>) -> JsonOut {
+    reply(json!({"op": "error", "id": id, "reason": "not allowed by the token"}))
 }
 
 async fn publish(hub: &Hub, id: Option<u64>, topic: String, payload: Bytes) -> JsonOut {

@@ -13,8 +13,9 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tidegate_hub::{Message, Pattern, SharedMessage, Subscriber};
 
-use super::subscriptions::{self, Outcome};
+use super::subscriptions::{self, Outcome, Refused};
 use super::CloseReason;
+use crate::auth::{authorize, now_s, Grants};
 use crate::context::PushContext;
 use crate::delivery::{cached_base64, cached_socketio_event, payload_kind, PayloadKind};
 use crate::engineio::handshake::{new_sid, Transport};
@@ -26,9 +27,10 @@ use crate::socketio::{SioPacket, SioType};
 pub const MAX_NAMESPACES_PER_SESSION: usize = 32;
 
 /// One joined namespace.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct NspSocket {
     patterns: HashMap<String, Pattern>,
+    grants: Grants,
 }
 
 /// The Socket.IO state of one Engine.IO session.
@@ -147,7 +149,32 @@ impl SocketIoApp {
             s.send_text(format!("4{}", e.encode()));
             return;
         }
-        self.nsps.entry(p.nsp.clone()).or_default();
+        let token = p
+            .data
+            .as_ref()
+            .and_then(|d| d.get("token"))
+            .and_then(Value::as_str);
+        let grants = match authorize(&ctx.config, token, now_s()) {
+            Ok(g) => g,
+            Err(e) => {
+                let refusal = SioPacket::new(
+                    SioType::ConnectError,
+                    &p.nsp,
+                    Some(json!({"message": e.to_string()})),
+                );
+                s.send_text(format!("4{}", refusal.encode()));
+                return;
+            }
+        };
+        if let Some(old) = self.nsps.get_mut(&p.nsp) {
+            old.grants = grants;
+        } else {
+            let sock = NspSocket {
+                patterns: HashMap::new(),
+                grants,
+            };
+            self.nsps.insert(p.nsp.clone(), sock);
+        }
         let ok = SioPacket::new(SioType::Connect, &p.nsp, Some(json!({"sid": new_sid()})));
         let mut out = vec![text(&ok)];
         if ctx.config.conformance {
@@ -182,7 +209,10 @@ impl SocketIoApp {
         let reply: Option<Value> = match name {
             "subscribe" => Some(self.subscribe(&p.nsp, args, ctx)),
             "unsubscribe" => Some(self.unsubscribe(&p.nsp, args)),
-            "publish" => Some(publish(args, &parts, ctx).await),
+            "publish" => {
+                let grants = self.nsps.get(&p.nsp).map(|n| &n.grants);
+                Some(publish(args, &parts, grants, ctx).await)
+            }
             "message" if ctx.config.conformance => {
                 let mut a = vec![json!("message-back")];
                 a.extend(args.iter().cloned());
@@ -225,9 +255,17 @@ impl SocketIoApp {
     }
 
     fn subscribe(&mut self, nsp: &str, args: &[Value], ctx: &PushContext) -> Value {
-        let patterns = pattern_list(args);
-        let o = subscriptions::subscribe(&mut self.sub, &patterns, ctx.config.max_subscriptions);
-        let sock = self.nsps.entry(nsp.to_owned()).or_default();
+        let Some(sock) = self.nsps.get_mut(nsp) else {
+            return Value::Null;
+        };
+        let (allowed, refused): (Vec<String>, Vec<String>) = pattern_list(args)
+            .into_iter()
+            .partition(|p| sock.grants.may_subscribe(p));
+        let mut o = subscriptions::subscribe(&mut self.sub, &allowed, ctx.config.max_subscriptions);
+        o.refused.extend(refused.into_iter().map(|pattern| Refused {
+            pattern,
+            reason: "not allowed by the token".into(),
+        }));
         for p in &o.accepted {
             if let Ok(parsed) = Pattern::parse(p) {
                 sock.patterns.insert(p.clone(), parsed);
@@ -245,7 +283,7 @@ impl SocketIoApp {
                 .get_mut(nsp)
                 .is_some_and(|n| n.patterns.remove(&p).is_some());
             if !held {
-                o.refused.push(subscriptions::Refused {
+                o.refused.push(Refused {
                     pattern: p,
                     reason: "not subscribed".into(),
                 });
@@ -321,10 +359,18 @@ fn outcome_json(o: &Outcome) -> Value {
 
 /// `publish(topic, payload)`: JSON payloads are published as their JSON
 /// text, strings as their UTF-8 bytes, binary attachments as the bytes.
-async fn publish(args: &[Value], parts: &[Bytes], ctx: &PushContext) -> Value {
+async fn publish(
+    args: &[Value],
+    parts: &[Bytes],
+    grants: Option<&Grants>,
+    ctx: &PushContext,
+) -> Value {
     let Some(Value::String(topic)) = args.first() else {
         return json!({"ok": false, "reason": "publish(topic, payload): topic must be a string"});
     };
+    if !grants.is_some_and(|g| g.may_publish(topic)) {
+        return json!({"ok": false, "reason": "not allowed by the token"});
+    }
     let payload = match args.get(1) {
         None | Some(Value::Null) => Bytes::new(),
         Some(Value::String(s)) => Bytes::from(s.clone()),

@@ -97,6 +97,16 @@ pub fn parse_query(query: &str) -> Result<EioQuery, HandshakeError> {
     Ok(EioQuery { transport, sid })
 }
 
+/// The raw value of `key` in a query string (tokens are base64url and need
+/// no percent-decoding).
+pub fn query_param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
+    query
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v)
+}
+
 /// The JSON of the open packet.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -15,8 +15,9 @@ use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::app::{json::JsonSession, socketio::SocketIoApp, App};
+use crate::auth::{authorize, now_s, Grants};
 use crate::context::PushContext;
-use crate::engineio::handshake::{new_sid, parse_query, HandshakeError, Transport};
+use crate::engineio::handshake::{new_sid, parse_query, query_param, HandshakeError, Transport};
 use crate::session::{task, EngineSession};
 
 /// Which application protocol a path serves.
@@ -52,7 +53,9 @@ pub async fn handle(
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
     body: Body,
 ) -> Response {
-    let q = match parse_query(query.as_deref().unwrap_or("")) {
+    let raw = query.as_deref().unwrap_or("");
+    let token = query_param(raw, "token");
+    let q = match parse_query(raw) {
         Ok(q) => q,
         Err(e) => return refuse(e),
     };
@@ -61,7 +64,7 @@ pub async fn handle(
             if method != Method::GET {
                 return refuse(HandshakeError::BadHandshakeMethod);
             }
-            match open(flavor, &ctx, Transport::Polling) {
+            match open(flavor, &ctx, Transport::Polling, token) {
                 Ok((_, open_text)) => polling::text_response(open_text.into_bytes()),
                 Err(e) => refuse(e),
             }
@@ -70,7 +73,7 @@ pub async fn handle(
             let Ok(ws) = ws else {
                 return refuse(HandshakeError::BadRequest);
             };
-            match open(flavor, &ctx, Transport::WebSocket) {
+            match open(flavor, &ctx, Transport::WebSocket, token) {
                 Ok((s, open_text)) => websocket::serve_new(ws, s, open_text, ctx),
                 Err(e) => refuse(e),
             }
@@ -96,7 +99,16 @@ fn open(
     flavor: Flavor,
     ctx: &Arc<PushContext>,
     transport: Transport,
+    token: Option<&str>,
 ) -> Result<(Arc<EngineSession>, String), HandshakeError> {
+    // Socket.IO authenticates per namespace in CONNECT; plain Engine.IO
+    // sessions carry their token in the handshake query.
+    let grants = match flavor {
+        Flavor::EngineIo => {
+            authorize(&ctx.config, token, now_s()).map_err(|_| HandshakeError::Forbidden)?
+        }
+        Flavor::SocketIo => Grants::all(),
+    };
     let sid = new_sid();
     let (session, inbound) = EngineSession::new(sid, transport);
     let session = Arc::new(session);
@@ -124,6 +136,7 @@ fn open(
         Flavor::EngineIo => App::Json(Box::new(JsonSession::new(
             ctx.hub.subscriber(ctx.config.subscriber_options()),
             ctx.config.max_subscriptions,
+            grants,
         ))),
     };
     tokio::spawn(task::run(session.clone(), inbound, app, ctx.clone()));

@@ -6,22 +6,42 @@
 use std::sync::Arc;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::response::Response;
 use futures::{SinkExt, StreamExt};
 
 use crate::app::json::{JsonOut, JsonSession};
+use crate::auth::{authorize, now_s, Grants};
 use crate::context::PushContext;
+use crate::engineio::handshake::query_param;
 use crate::session::task::DELIVERY_BATCH;
 
-/// WebSocket close code "policy violation", used for a slow consumer.
+/// WebSocket close code "policy violation": a slow consumer, a refused token.
 pub const CLOSE_POLICY: u16 = 1008;
 
 /// `GET /ws`.
-pub async fn handle(State(ctx): State<Arc<PushContext>>, ws: WebSocketUpgrade) -> Response {
+pub async fn handle(
+    State(ctx): State<Arc<PushContext>>,
+    RawQuery(query): RawQuery,
+    ws: WebSocketUpgrade,
+) -> Response {
+    let token = query.as_deref().and_then(|q| query_param(q, "token"));
+    let grants = authorize(&ctx.config, token, now_s());
     ws.max_message_size(ctx.config.max_payload)
         .max_frame_size(ctx.config.max_payload)
-        .on_upgrade(move |socket| serve(socket, ctx))
+        .on_upgrade(move |mut socket| async move {
+            match grants {
+                Ok(g) => serve(socket, ctx, g).await,
+                Err(e) => {
+                    // Refused after the upgrade so the client can read why.
+                    let close = CloseFrame {
+                        code: CLOSE_POLICY,
+                        reason: e.to_string().into(),
+                    };
+                    let _ = socket.send(Message::Close(Some(close))).await;
+                }
+            }
+        })
 }
 
 fn frame(o: JsonOut) -> Message {
@@ -33,10 +53,11 @@ fn frame(o: JsonOut) -> Message {
     }
 }
 
-async fn serve(socket: WebSocket, ctx: Arc<PushContext>) {
+async fn serve(socket: WebSocket, ctx: Arc<PushContext>, grants: Grants) {
     let mut session = JsonSession::new(
         ctx.hub.subscriber(ctx.config.subscriber_options()),
         ctx.config.max_subscriptions,
+        grants,
     );
     let (mut tx, mut rx) = socket.split();
     let mut out = Vec::new();
