@@ -226,14 +226,19 @@ impl Inbound {
             }
         };
         self.held.merge(permit);
-        buf.reserve(want);
+        // Reuse the space a partial frame left rather than growing: a
+        // trickling connection keeps one small buffer.
+        if buf.capacity() - buf.len() < want.min(MIN_READ_BYTES) {
+            buf.reserve(want);
+        }
+        let room = want.min(buf.capacity() - buf.len());
         let n = {
-            let mut limited = (&mut *buf).limit(want);
+            let mut limited = (&mut *buf).limit(room);
             self.timed(r.read_buf(&mut limited)).await?
         };
         self.held.shrink_to(buf.len());
         self.len_after_read = buf.len();
-        if n == want {
+        if n == room && room == want {
             self.read_size = (self.read_size * 2).min(self.max_read);
         } else if n < want / 4 {
             self.read_size = (self.read_size / 2).max(MIN_READ_BYTES);

@@ -63,8 +63,10 @@ async fn pipeline(bootstrap: String) -> Pipeline {
 async fn pipeline_with(config: KafkaConfig) -> Pipeline {
     let sink = Arc::new(KafkaSink::new(config).expect("kafka sink"));
     let hub = hub_routing_to("logs.>", &sink);
+    // The Fluency tags already start with `logs.`.
     let server = ForwardServer::bind(ForwardConfig {
         udp_heartbeat: false,
+        topic_prefix: String::new(),
         ..ForwardConfig::on("127.0.0.1:0".parse().unwrap())
     })
     .expect("bind forward");
@@ -272,7 +274,7 @@ fn serve(forward: SocketAddr, bootstrap: &str) -> Served {
          [wire]\nenabled = false\n\
          [sockperf]\nenabled = false\n\
          [s2s]\nenabled = false\n\
-         [forward]\nlisten = \"{forward}\"\nudp_heartbeat = false\n\
+         [forward]\nlisten = \"{forward}\"\nudp_heartbeat = false\ntopic_prefix = \"\"\n\
          [sinks.kafka]\nbrokers = \"{bootstrap}\"\n\
          topic_template = \"$TOPIC\"\ndynamic_topics = true\n\
          [[routes]]\ntopics = \"logs.>\"\nsink = \"kafka\"\n"
