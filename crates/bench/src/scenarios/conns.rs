@@ -322,7 +322,7 @@ pub async fn run(args: &ConnsArgs) -> anyhow::Result<()> {
     let client = client_sampler.finish();
     let server = tokio::task::spawn_blocking(move || target.finish()).await?;
 
-    let summary = Summary::of(&records, held_at_end, held_min);
+    let summary = Summary::of(&records);
     let rss = RssFigures {
         before_kb: rss_before,
         after_open_kb: rss_after_open,
@@ -710,7 +710,7 @@ struct Summary {
 }
 
 impl Summary {
-    fn of(records: &[ConnRecord], _held_at_end: u64, _held_min: u64) -> Self {
+    fn of(records: &[ConnRecord]) -> Self {
         let mut s = Summary::default();
         for r in records {
             if let Some(t) = r.open_time {
@@ -885,7 +885,7 @@ mod tests {
             }),
             not_opened("connection_refused".into()),
         ];
-        let s = Summary::of(&records, 1, 1);
+        let s = Summary::of(&records);
         assert_eq!(s.opened, 3);
         assert_eq!(s.held, 1);
         assert_eq!(s.closed_at_once, 1);
