@@ -78,3 +78,14 @@ async fn engine_io_client_over_polling_websocket_and_upgrade() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_mode_behaves_like_the_reference_test_servers() {
+    let s = Server::start(PushConfig {
+        conformance: true,
+        ..PushConfig::default()
+    })
+    .await;
+    let line = peer("conformance", s.url()).await;
+    assert_eq!(line, r#"{"ok":true}"#);
+}

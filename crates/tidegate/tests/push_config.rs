@@ -56,3 +56,21 @@ fn bad_push_values_and_unknown_keys_exit_2() {
         assert!(err.contains(want), "{text}: {err}");
     }
 }
+
+#[test]
+fn jwt_needs_a_secret_and_the_secret_is_not_printed() {
+    let out = config("[push]\nauth = \"jwt\"\n");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("jwt_secret"));
+    let out = config("[push]\nauth = \"jwt\"\njwt_secret = \"s3cret-value\"\n");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("auth = \"jwt\"") && !text.contains("s3cret-value"),
+        "{text}"
+    );
+}

@@ -94,7 +94,36 @@ function subscriber(pattern, count) {
   });
 }
 
+// `[push] conformance = true`: the reference test servers' behaviour.
+function conformance() {
+  const s = io(base, { auth: { hello: "there" }, reconnection: false });
+  s.on("connect_error", (e) => fail(`connect_error ${e.message}`));
+  const auth = new Promise((r) => s.on("auth", r));
+  const back = new Promise((r) => s.on("message-back", (...a) => r(a)));
+  s.on("connect", async () => {
+    const a = await auth;
+    if (a.hello !== "there") fail(`auth ${JSON.stringify(a)}`);
+    s.emit("message", 1, "2", Buffer.from([3]));
+    const b = await back;
+    if (b[0] !== 1 || b[1] !== "2" || !Buffer.from(b[2]).equals(Buffer.from([3]))) fail(`message-back ${JSON.stringify(b)}`);
+    const acked = await s.emitWithAck("message-with-ack", 4, { five: 5 });
+    if (acked !== 4) fail(`message-with-ack ${JSON.stringify(acked)}`);
+    const custom = io(`${base}/custom`, { reconnection: false });
+    custom.on("connect_error", (e) => fail(`/custom ${e.message}`));
+    custom.on("connect", () => {
+      const e = new EioSocket(base, { transports: ["websocket"] });
+      e.on("open", () => e.send("echo me"));
+      e.on("message", (m) => {
+        if (m !== "echo me") fail(`echo ${m}`);
+        console.log(JSON.stringify({ ok: true }));
+        process.exit(0);
+      });
+    });
+  });
+}
+
 switch (scenario) {
+  case "conformance": conformance(); break;
   case "socketio-polling": socketio(["polling"], "polling"); break;
   case "socketio-websocket": socketio(["websocket"], "websocket"); break;
   case "socketio-upgrade": socketio(["polling", "websocket"], "websocket"); break;
