@@ -9,7 +9,7 @@
 //! outcome for the client (201 or 504): the record is newer than what the
 //! replica has, so delivering it is always safe under last-write-wins.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use bytes::Bytes;
 
 use crate::client::ReplicaClient;
 use crate::engine::Engine;
+use crate::metrics::KvMetrics;
 use crate::record::Record;
 
 /// Most keys with a pending hint per replica.
@@ -33,35 +34,31 @@ pub struct Hints {
     nodes: Vec<String>,
     /// Pending hints per node (keys).
     pending: Vec<AtomicUsize>,
-    /// Hints stored since start.
-    pub stored: AtomicU64,
-    /// Hints dropped because a node's bound was reached.
-    pub dropped: AtomicU64,
-    /// Hints delivered since start.
-    pub delivered: AtomicU64,
+    /// Stored, delivered, dropped and pending hints.
+    metrics: KvMetrics,
 }
 
 impl Hints {
     /// Bookkeeping for `nodes`, counting the hints already on disk.
-    pub fn new(engine: Arc<Engine>, nodes: Vec<String>) -> Self {
-        let pending = nodes
+    pub fn new(engine: Arc<Engine>, nodes: Vec<String>, metrics: KvMetrics) -> Self {
+        let pending: Vec<AtomicUsize> = nodes
             .iter()
             .map(|n| AtomicUsize::new(engine.count_hints(n).unwrap_or(0)))
             .collect();
+        let total: usize = pending.iter().map(|p| p.load(Ordering::Relaxed)).sum();
+        metrics.hints_pending.set(total as i64);
         Hints {
             engine,
             nodes,
             pending,
-            stored: AtomicU64::new(0),
-            dropped: AtomicU64::new(0),
-            delivered: AtomicU64::new(0),
+            metrics,
         }
     }
 
     /// Keeps `record` for node `node` (blocking: call off the runtime).
     pub fn keep(&self, node: usize, key: &[u8], record: &Record) {
         if self.pending[node].load(Ordering::Relaxed) >= MAX_HINTS_PER_NODE {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+            self.metrics.hints_dropped.inc();
             tracing::warn!(node = %self.nodes[node], "kv: hint dropped, the node's hint bound is reached");
             return;
         }
@@ -69,8 +66,9 @@ impl Hints {
             Ok(new) => {
                 if new {
                     self.pending[node].fetch_add(1, Ordering::Relaxed);
+                    self.metrics.hints_pending.inc();
                 }
-                self.stored.fetch_add(1, Ordering::Relaxed);
+                self.metrics.hints_stored.inc();
             }
             Err(e) => tracing::error!(error = %e, "kv: storing a hint failed"),
         }
@@ -87,7 +85,8 @@ impl Hints {
                 .and_then(Result::ok)
                 .unwrap_or_default();
             if batch.is_empty() {
-                self.pending[node].store(0, Ordering::Relaxed);
+                let gone = self.pending[node].swap(0, Ordering::Relaxed);
+                self.metrics.hints_pending.dec_by(gone as i64);
                 return;
             }
             for (key, record) in batch {
@@ -107,7 +106,8 @@ impl Hints {
             tokio::task::spawn_blocking(move || engine.remove_hint(&url, &key, &record)).await;
         if let Ok(Ok(true)) = removed {
             self.pending[node].fetch_sub(1, Ordering::Relaxed);
-            self.delivered.fetch_add(1, Ordering::Relaxed);
+            self.metrics.hints_pending.dec();
+            self.metrics.hints_delivered.inc();
         }
     }
 

@@ -7,7 +7,7 @@
 //! nodes), [`engine`] (the local fjall store, last-write-wins), [`ring`]
 //! (rendezvous hashing), [`auth`] (HMAC on internal requests), [`client`]
 //! (pooled HTTP to peers), [`store`] (the coordinator: fan-out, quorum,
-//! read repair), [`hints`] (hinted handoff),
+//! read repair), [`hints`] (hinted handoff), [`metrics`] (counters),
 //! [`watch`] (every accepted write published on the hub), [`api`] (the
 //! axum routes). This crate is not the HTTP server: limits, timeouts and
 //! the byte budget are applied by the binary's `[http]` server.
@@ -19,6 +19,7 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod hints;
+pub mod metrics;
 pub mod record;
 pub mod ring;
 pub mod store;

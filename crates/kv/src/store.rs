@@ -29,6 +29,7 @@ use crate::config::KvConfig;
 use crate::engine::{now_ns, Engine};
 use crate::error::KvError;
 use crate::hints::Hints;
+use crate::metrics::KvMetrics;
 use crate::record::Record;
 use crate::ring::Ring;
 use crate::watch;
@@ -48,6 +49,7 @@ struct Inner {
     last_stamp: AtomicU64,
     hub: Option<Hub>,
     hints: Arc<Hints>,
+    metrics: KvMetrics,
 }
 
 impl KvStore {
@@ -72,7 +74,11 @@ impl KvStore {
         let client = ReplicaClient::new(secret.clone().unwrap_or_default());
         let replica_timeout = Duration::from_millis(config.replica_timeout_ms);
         let nodes = (0..ring.len()).map(|i| ring.url(i).to_owned()).collect();
-        let hints = Arc::new(Hints::new(engine.clone(), nodes));
+        let metrics = KvMetrics::default();
+        if let Some(hub) = &hub {
+            metrics.register(hub.metrics());
+        }
+        let hints = Arc::new(Hints::new(engine.clone(), nodes, metrics.clone()));
         if ring.len() > 1 {
             Hints::spawn_replay(&hints, client.clone(), ring.self_index(), replica_timeout);
         }
@@ -86,6 +92,7 @@ impl KvStore {
                 last_stamp: AtomicU64::new(0),
                 hub,
                 hints,
+                metrics,
             }),
         })
     }
@@ -100,9 +107,9 @@ impl KvStore {
         self.inner.secret.as_deref()
     }
 
-    /// Hinted-handoff bookkeeping (counters).
-    pub fn hints(&self) -> &Hints {
-        &self.inner.hints
+    /// The store's counters.
+    pub fn metrics(&self) -> &KvMetrics {
+        &self.inner.metrics
     }
 
     /// The local engine.
@@ -163,12 +170,16 @@ impl KvStore {
                             return;
                         }
                     }
-                    Err(e) => tracing::debug!(error = %e, "kv: replica read failed"),
+                    Err(e) => {
+                        self.inner.metrics.replica_errors.inc();
+                        tracing::debug!(error = %e, "kv: replica read failed");
+                    }
                 }
             }
         };
         let _ = tokio::time::timeout(self.inner.replica_timeout, gather).await;
         if seen.len() < ack {
+            self.inner.metrics.not_enough_replicas.inc();
             return Err(KvError::NotEnoughReplicas {
                 got: seen.len(),
                 needed: ack,
@@ -226,6 +237,7 @@ impl KvStore {
             let _ = tokio::time::timeout(store.inner.replica_timeout, drain).await;
             for node in targets {
                 tracing::debug!(node = store.inner.ring.url(node), "kv: read repair");
+                store.inner.metrics.read_repairs.inc();
                 store
                     .write_replica(node, key.clone(), newest.clone())
                     .await
@@ -296,13 +308,17 @@ impl KvStore {
                             return;
                         }
                     }
-                    Ok(Err(e)) => tracing::debug!(error = %e, "kv: replica write failed"),
+                    Ok(Err(e)) => {
+                        self.inner.metrics.replica_errors.inc();
+                        tracing::debug!(error = %e, "kv: replica write failed");
+                    }
                     Err(e) => tracing::warn!(error = %e, "kv: replica write task failed"),
                 }
             }
         };
         let _ = tokio::time::timeout(self.inner.replica_timeout, gather).await;
         if got < ack {
+            self.inner.metrics.not_enough_replicas.inc();
             return Err(KvError::NotEnoughReplicas { got, needed: ack });
         }
         if let Some(hub) = &self.inner.hub {

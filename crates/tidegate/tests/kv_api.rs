@@ -268,6 +268,10 @@ fn a_clean_stop_keeps_every_write_even_with_sync_none() {
     n.stop();
     n.start();
     for i in 0..20 {
-        assert_eq!(n.req("GET", &entity(&format!("k{i}"), ""), b"").0, 200, "k{i}");
+        assert_eq!(
+            n.req("GET", &entity(&format!("k{i}"), ""), b"").0,
+            200,
+            "k{i}"
+        );
     }
 }

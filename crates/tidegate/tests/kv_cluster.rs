@@ -139,6 +139,7 @@ fn unreachable_replicas_give_504_within_the_timeout() {
         );
         assert_eq!(get(&nodes[1], &key, "&from=3&ack=2"), (200, b"v".to_vec()));
     }
+    assert!(metric(&nodes[0], "tidegate_kv_not_enough_replicas_total") >= 6.0);
     // Both real nodes down: fast 504 on the last one standing.
     nodes[1].kill();
     let t = Instant::now();

@@ -44,4 +44,8 @@ fn a_replica_gets_the_writes_it_missed_when_it_comes_back() {
         });
     }
     eventually("the delete not handed off", || !holds(&nodes[1], "del"));
+    eventually("hints still pending", || {
+        metric(&nodes[0], "tidegate_kv_hints_pending") == 0.0
+    });
+    assert_eq!(metric(&nodes[0], "tidegate_kv_hints_delivered_total"), 6.0);
 }

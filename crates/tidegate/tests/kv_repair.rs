@@ -51,6 +51,7 @@ fn a_quorum_read_repairs_a_replica_that_missed_a_write_or_a_delete() {
     assert_eq!(nodes[1].req("GET", &entity("del", all), b"").0, 404);
     eventually("missed write not repaired", || holds(&nodes[2], "new"));
     eventually("missed delete not repaired", || !holds(&nodes[2], "del"));
+    assert!(metric(&nodes[1], "tidegate_kv_read_repairs_total") >= 2.0);
     let (status, record) = internal(&nodes[2], SECRET, "GET", "del", b"");
     assert_eq!(status, 200);
     assert!(

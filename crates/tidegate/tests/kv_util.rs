@@ -268,3 +268,15 @@ pub fn internal(node: &Node, secret: &str, method: &str, key: &str, body: &[u8])
     )
     .unwrap()
 }
+
+/// The value of a metric line starting with `name` in `/metrics` (0 when absent).
+pub fn metric(node: &Node, name: &str) -> f64 {
+    let (status, body) = node.req("GET", "/metrics", b"");
+    assert_eq!(status, 200);
+    String::from_utf8_lossy(&body)
+        .lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}

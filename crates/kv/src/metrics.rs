@@ -1,0 +1,68 @@
+//! The KV store's counters, registered with the hub's Prometheus registry
+//! (so `/metrics` shows them as `tidegate_kv_…`): what the coordinator did
+//! that an operator needs to see — quorums missed, replicas failing, read
+//! repairs, and hinted handoff's backlog.
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use tidegate_hub::HubMetrics;
+
+/// Counters shared by the coordinator, read repair and hinted handoff.
+#[derive(Clone, Default)]
+pub struct KvMetrics {
+    /// Client requests answered 504 (fewer than `ack` replicas in time).
+    pub not_enough_replicas: Counter,
+    /// Replica reads or writes that failed or timed out.
+    pub replica_errors: Counter,
+    /// Records written back to a stale replica after a read.
+    pub read_repairs: Counter,
+    /// Hints stored for a replica that did not take a write.
+    pub hints_stored: Counter,
+    /// Hints delivered to their replica.
+    pub hints_delivered: Counter,
+    /// Hints dropped because a replica's bound was reached.
+    pub hints_dropped: Counter,
+    /// Keys with a pending hint, all replicas together.
+    pub hints_pending: Gauge,
+}
+
+impl KvMetrics {
+    /// Registers every counter with the hub's registry.
+    pub fn register(&self, hub: &HubMetrics) {
+        hub.register(
+            "kv_not_enough_replicas",
+            "KV requests answered 504: fewer than ack replicas answered in time",
+            self.not_enough_replicas.clone(),
+        );
+        hub.register(
+            "kv_replica_errors",
+            "KV replica reads or writes that failed or timed out",
+            self.replica_errors.clone(),
+        );
+        hub.register(
+            "kv_read_repairs",
+            "KV records written back to a stale replica after a read",
+            self.read_repairs.clone(),
+        );
+        hub.register(
+            "kv_hints_stored",
+            "KV hints stored for a replica that did not take a write",
+            self.hints_stored.clone(),
+        );
+        hub.register(
+            "kv_hints_delivered",
+            "KV hints delivered to their replica",
+            self.hints_delivered.clone(),
+        );
+        hub.register(
+            "kv_hints_dropped",
+            "KV hints dropped because the replica's hint bound was reached",
+            self.hints_dropped.clone(),
+        );
+        hub.register(
+            "kv_hints_pending",
+            "KV keys with a hint waiting for their replica",
+            self.hints_pending.clone(),
+        );
+    }
+}
