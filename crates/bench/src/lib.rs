@@ -8,6 +8,13 @@
 //! - [`server`] / [`target`]: spawn `tidegate serve` on free ports or drive
 //!   `--target`; [`sampler`]: CPU % and RSS from /proc;
 //! - [`progress`]: a once-a-second progress line on a terminal.
+//!
+//! Every scenario reports `rate` the same way: events delivered per second
+//! over its measured window, with the offered rate (events the schedule
+//! made due) and the sent rate beside it ([`report::Window`]); a run that
+//! measured nothing fails instead of printing zeros.
+
+#![warn(missing_docs)]
 
 pub mod latency;
 pub mod pacer;
