@@ -293,3 +293,48 @@ fn the_http_server_closes_slow_headers_refuses_big_bodies_and_drops_idle_connect
         served.log()
     );
 }
+
+#[test]
+fn upgraded_websockets_keep_their_place_under_max_connections() {
+    let http = free_addr();
+    let served = serve(&config_on_free_ports(http, "").replacen(
+        &format!("[http]\nlisten = \"{http}\"\n"),
+        &format!("[http]\nlisten = \"{http}\"\nmax_connections = 2\n"),
+        1,
+    ));
+    wait_for_http(http, &served);
+    let upgrade = |addr| -> TcpStream {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(
+            b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+              Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        )
+        .unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut head = [0u8; 12];
+        s.read_exact(&mut head).unwrap();
+        assert_eq!(&head, b"HTTP/1.1 101", "{}", String::from_utf8_lossy(&head));
+        s
+    };
+    // wait_for_http's connections are closed; let the server see that.
+    std::thread::sleep(Duration::from_millis(300));
+    let _a = upgrade(http);
+    let _b = upgrade(http);
+    std::thread::sleep(Duration::from_millis(200));
+    // Both websockets still hold their slots: a third connection is refused.
+    let mut third = TcpStream::connect(http).unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let _ = third.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut out = Vec::new();
+    let _ = third.read_to_end(&mut out);
+    assert!(
+        out.is_empty(),
+        "a third connection was served past max_connections = 2: {}",
+        String::from_utf8_lossy(&out)
+    );
+    drop((_a, _b));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(get(http, "/healthz").unwrap().starts_with("HTTP/1.1 200"));
+}

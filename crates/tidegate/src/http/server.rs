@@ -184,8 +184,58 @@ async fn idle_expired(activity: Activity, in_flight: Arc<AtomicUsize>, idle: Opt
     }
 }
 
+/// The connection's stream, signalling when it is finally dropped: by hyper
+/// when the connection ends, or — after an upgrade — by the websocket
+/// handler that took it over.
+struct TrackedStream {
+    stream: tidegate_listener::ConnStream,
+    _dropped: tokio::sync::oneshot::Sender<()>,
+}
+
+impl tokio::io::AsyncRead for TrackedStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for TrackedStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, data)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
 /// Serves HTTP/1.1 on one connection until the client closes, it idles
-/// out, or shutdown (which lets the request in progress finish).
+/// out, or shutdown (which lets the request in progress finish). An
+/// upgraded connection (WebSocket) keeps its place under `max_connections`
+/// and in the open-connections gauge until its handler lets it go.
 pub async fn serve_connection(conn: Connection, app: Router) {
     let Connection {
         stream,
@@ -216,10 +266,18 @@ pub async fn serve_connection(conn: Connection, app: Router) {
     if let Some(t) = inbound.read_timeout() {
         builder.header_read_timeout(t);
     }
-    let serving = builder
-        .serve_connection(TokioIo::new(stream), svc)
-        .with_upgrades();
-    tokio::pin!(serving);
+    let (dropped_tx, dropped) = tokio::sync::oneshot::channel::<()>();
+    let stream = TrackedStream {
+        stream,
+        _dropped: dropped_tx,
+    };
+    // Boxed, not pinned on the stack, so it can be dropped (closing the
+    // socket) before waiting for an upgraded stream below.
+    let mut serving = Box::pin(
+        builder
+            .serve_connection(TokioIo::new(stream), svc)
+            .with_upgrades(),
+    );
     let idle = idle_expired(activity, in_flight, inbound.idle_timeout());
     tokio::pin!(idle);
     let mut draining = false;
@@ -243,4 +301,7 @@ pub async fn serve_connection(conn: Connection, app: Router) {
             }
         }
     }
+    drop(serving);
+    // Resolves at once unless an upgrade handed the stream on.
+    let _ = dropped.await;
 }
