@@ -132,8 +132,11 @@ impl ValueScanner {
                 return Ok(Scan::Incomplete { need: self.pos + 9 });
             };
             let end = self.pos as u64 + h.head as u64 + h.body;
-            // Every child pending anywhere needs at least one byte after `end`.
-            let least = end + self.pending + h.items;
+            // Every child still pending in an open container needs at least
+            // one byte after `end` — except, in each container, the child
+            // being read now (this value, or the container holding it).
+            let others = self.pending.saturating_sub(self.open.len() as u64);
+            let least = end + others + h.items;
             if least > max {
                 return Err(DecodeError::FrameTooLarge {
                     declared: least,
@@ -186,6 +189,24 @@ mod tests {
             max_decompressed_bytes: max,
             max_depth: 4,
         }
+    }
+
+    #[test]
+    fn a_frame_of_exactly_the_limit_is_accepted_and_one_byte_more_is_not() {
+        // ["a", {"k": 1}]: 7 bytes.
+        let bytes = [0x92, 0xa1, b'a', 0x81, 0xa1, b'k', 0x01];
+        for cut in 0..=bytes.len() {
+            let mut s = ValueScanner::new();
+            let r = s.scan(&bytes[..cut], &lim(7));
+            assert!(r.is_ok(), "refused at {cut} of 7 with limit 7: {r:?}");
+        }
+        let mut s = ValueScanner::new();
+        assert_eq!(s.scan(&bytes, &lim(7)).unwrap(), Scan::Complete(7));
+        let mut s = ValueScanner::new();
+        assert!(matches!(
+            s.scan(&bytes, &lim(6)),
+            Err(DecodeError::FrameTooLarge { .. })
+        ));
     }
 
     #[test]
