@@ -338,3 +338,47 @@ fn upgraded_websockets_keep_their_place_under_max_connections() {
     std::thread::sleep(Duration::from_millis(300));
     assert!(get(http, "/healthz").unwrap().starts_with("HTTP/1.1 200"));
 }
+
+#[test]
+fn a_quiet_keep_alive_connection_lives_until_the_idle_timeout_not_the_header_timeout() {
+    let http = free_addr();
+    let served = serve(&config_on_free_ports(http, "").replacen(
+        &format!("[http]\nlisten = \"{http}\"\n"),
+        &format!("[http]\nlisten = \"{http}\"\nread_timeout_ms = 800\nidle_timeout_ms = 3000\n"),
+        1,
+    ));
+    wait_for_http(http, &served);
+    let mut s = TcpStream::connect(http).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let ask = |s: &mut TcpStream| -> String {
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut got = Vec::new();
+        let mut byte = [0u8; 1];
+        // The answer is short: read until its body "ok\n".
+        while !got.ends_with(b"ok\n") {
+            if s.read(&mut byte).unwrap_or(0) == 0 {
+                break;
+            }
+            got.push(byte[0]);
+        }
+        String::from_utf8_lossy(&got).into_owned()
+    };
+    assert!(ask(&mut s).starts_with("HTTP/1.1 200"));
+    // Quiet for longer than the header timeout: still served.
+    std::thread::sleep(Duration::from_millis(1_800));
+    assert!(
+        ask(&mut s).starts_with("HTTP/1.1 200"),
+        "closed before the idle timeout"
+    );
+    // Quiet for longer than the idle timeout: closed.
+    let started = Instant::now();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    assert!(
+        started.elapsed() >= Duration::from_millis(2_000)
+            && started.elapsed() < Duration::from_secs(8),
+        "closed after {:?}",
+        started.elapsed()
+    );
+}

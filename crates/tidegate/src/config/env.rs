@@ -1,4 +1,5 @@
-//! `${VAR}` and `${VAR:-default}` in the configuration text, from the
+//! `${VAR}` and `${VAR:-default}` (the default also when `VAR` is empty) in
+//! the configuration text, from the
 //! environment (as Vector and Fluent Bit do), so one file serves every
 //! deployment and secrets stay out of it. `$$` is a literal `$`. Whole-line
 //! comments are left alone, so a commented-out example never fails a start.
@@ -77,6 +78,8 @@ fn expand_line(
             return Err(malformed());
         }
         match (lookup(name), default) {
+            // As in the shell and Vector: an empty value takes the default.
+            (Some(v), Some(d)) if v.is_empty() => out.push_str(d),
             (Some(v), _) => out.push_str(&v),
             (None, Some(d)) => out.push_str(d),
             (None, None) => {
@@ -109,7 +112,7 @@ mod tests {
         let t = "brokers = \"${BROKERS}\"\nport = ${PORT:-24224}\ncost = \"$$5 and $x\"\ne = \"${EMPTY:-d}\"\n";
         assert_eq!(
             expand(t, env).unwrap(),
-            "brokers = \"10.0.0.1:9092\"\nport = 24224\ncost = \"$5 and $x\"\ne = \"\"\n"
+            "brokers = \"10.0.0.1:9092\"\nport = 24224\ncost = \"$5 and $x\"\ne = \"d\"\n"
         );
     }
 

@@ -23,7 +23,10 @@ pub fn redact(value: &mut toml::Value) {
     match value {
         toml::Value::Table(t) => {
             for (k, v) in t.iter_mut() {
-                if is_secret(k) {
+                // An empty secret hides nothing (and says "not set").
+                let empty = matches!(v, toml::Value::String(x) if x.is_empty())
+                    || matches!(v, toml::Value::Array(a) if a.is_empty());
+                if is_secret(k) && !empty {
                     *v = match v {
                         toml::Value::Array(a) => toml::Value::Array(
                             a.iter()

@@ -2,7 +2,9 @@
 //! applied the connection limit, the allow-list and TLS; here:
 //!
 //! - the header-read timeout is the listener's `read_timeout_ms` (a client
-//!   that trickles its request line or headers is closed);
+//!   that trickles its request line or headers is closed), measured from a
+//!   head's first byte — a keep-alive connection waiting quietly for its
+//!   next request is governed by `idle_timeout_ms` instead;
 //! - `[http] request_timeout_ms` bounds a request from headers to response
 //!   (408), and `max_body_bytes` bounds its body (413 with a message saying
 //!   which limit);
@@ -45,12 +47,14 @@ pub fn with_limits(app: Router, config: &HttpConfig, budget: InflightBudget) -> 
         max_body: config.max_body_bytes,
         budget,
     };
-    let timeout = Duration::from_millis(config.request_timeout_ms.max(1));
-    app.layer(axum::middleware::from_fn_with_state(limits, limit_body))
-        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            timeout,
-        ))
+    let app = app.layer(axum::middleware::from_fn_with_state(limits, limit_body));
+    if config.request_timeout_ms == 0 {
+        return app; // 0: no limit, as for every other `_ms` key
+    }
+    app.layer(tower_http::timeout::TimeoutLayer::with_status_code(
+        StatusCode::REQUEST_TIMEOUT,
+        Duration::from_millis(config.request_timeout_ms),
+    ))
 }
 
 #[derive(Clone)]
@@ -152,35 +156,115 @@ where
     }
 }
 
-/// Counts the requests of one connection that have not been answered.
-struct InFlight(Arc<AtomicUsize>);
+/// What the watchdog of one connection knows: requests in flight, and
+/// when the head of the next request began to arrive.
+///
+/// hyper's own header-read timer also runs while a keep-alive connection
+/// waits for its next request, which would close every quiet keep-alive
+/// connection after `read_timeout_ms` and count it as a slow header. So the
+/// two clocks are kept here instead: a head that started must be complete
+/// within `read_timeout_ms`; a connection with nothing started and nothing
+/// in flight may stay quiet for `idle_timeout_ms`.
+#[derive(Default)]
+struct ConnClock {
+    in_flight: AtomicUsize,
+    /// Milliseconds after `origin` at which the pending head's first byte
+    /// arrived, plus one (0: no head pending).
+    head_started: std::sync::atomic::AtomicU64,
+}
+
+impl ConnClock {
+    fn since(origin: Instant) -> u64 {
+        origin.elapsed().as_millis() as u64 + 1
+    }
+
+    /// Bytes arrived: the start of a head, unless a request is being read
+    /// or answered (then they are its body, or a pipelined request).
+    fn bytes_read(&self, origin: Instant) {
+        if self.in_flight.load(Ordering::Relaxed) == 0 {
+            let _ = self.head_started.compare_exchange(
+                0,
+                Self::since(origin),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// A head is complete and its request begins.
+    fn request_started(&self) {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.head_started.store(0, Ordering::Relaxed);
+    }
+
+    fn request_done(&self) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Counts one request of a connection until it is answered.
+struct InFlight(Arc<ConnClock>);
 
 impl InFlight {
-    fn enter(n: &Arc<AtomicUsize>) -> InFlight {
-        n.fetch_add(1, Ordering::Relaxed);
-        InFlight(n.clone())
+    fn enter(clock: &Arc<ConnClock>) -> InFlight {
+        clock.request_started();
+        InFlight(clock.clone())
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.request_done();
     }
 }
 
-/// Resolves when the connection has had no request in flight and moved no
-/// byte for `idle`.
-async fn idle_expired(activity: Activity, in_flight: Arc<AtomicUsize>, idle: Option<Duration>) {
-    let Some(idle) = idle else {
-        return std::future::pending().await;
-    };
+/// Why the watchdog closed a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expired {
+    /// A request head started and did not complete in time.
+    Header,
+    /// Nothing moved and nothing was pending.
+    Idle,
+}
+
+/// Resolves when a started head has taken longer than `header`, or when the
+/// connection, with nothing pending, has moved no byte for `idle`.
+async fn watchdog(
+    activity: Activity,
+    clock: Arc<ConnClock>,
+    origin: Instant,
+    header: Option<Duration>,
+    idle: Option<Duration>,
+) -> Expired {
+    const CHECK_EVERY: Duration = Duration::from_millis(100);
     loop {
-        let due = activity.last() + idle;
-        if Instant::now() >= due && in_flight.load(Ordering::Relaxed) == 0 {
-            return;
+        let now = Instant::now();
+        let started = clock.head_started.load(Ordering::Relaxed);
+        let mut next = now + Duration::from_secs(3600);
+        if started > 0 {
+            if let Some(header) = header {
+                let due = origin + Duration::from_millis(started - 1) + header;
+                if now >= due {
+                    return Expired::Header;
+                }
+                next = next.min(due);
+            }
+        } else if clock.in_flight.load(Ordering::Relaxed) == 0 {
+            if let Some(idle) = idle {
+                let due = activity.last() + idle;
+                if now >= due {
+                    return Expired::Idle;
+                }
+                next = next.min(due);
+            }
         }
-        let next = due.max(Instant::now() + Duration::from_millis(100));
-        tokio::time::sleep_until(next.into()).await;
+        // Re-check at least this often: a head may start at any time.
+        tokio::time::sleep_until(
+            next.min(now + CHECK_EVERY)
+                .max(now + Duration::from_millis(10))
+                .into(),
+        )
+        .await;
     }
 }
 
@@ -189,6 +273,8 @@ async fn idle_expired(activity: Activity, in_flight: Arc<AtomicUsize>, idle: Opt
 /// handler that took it over.
 struct TrackedStream {
     stream: tidegate_listener::ConnStream,
+    clock: Arc<ConnClock>,
+    origin: Instant,
     _dropped: tokio::sync::oneshot::Sender<()>,
 }
 
@@ -198,7 +284,12 @@ impl tokio::io::AsyncRead for TrackedStream {
         cx: &mut Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.stream).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.clock.bytes_read(self.origin);
+        }
+        r
     }
 }
 
@@ -246,12 +337,15 @@ pub async fn serve_connection(conn: Connection, app: Router) {
         ..
     } = conn;
     let activity = inbound.activity().clone();
-    let in_flight = Arc::new(AtomicUsize::new(0));
+    let clock = Arc::new(ConnClock::default());
+    let origin = Instant::now();
     let svc = {
-        let in_flight = in_flight.clone();
+        let clock = clock.clone();
+        let metrics = metrics.clone();
         hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
             let mut app = app.clone();
-            let guard = InFlight::enter(&in_flight);
+            let guard = InFlight::enter(&clock);
+            metrics.frames_in(1);
             async move {
                 let r = app.call(req.map(Body::new)).await;
                 drop(guard);
@@ -263,12 +357,14 @@ pub async fn serve_connection(conn: Connection, app: Router) {
     builder
         .timer(TokioTimer::new())
         .max_buf_size(MAX_CONNECTION_BUFFER_BYTES);
-    if let Some(t) = inbound.read_timeout() {
-        builder.header_read_timeout(t);
-    }
+    // The header-read timeout is the watchdog's (see `ConnClock`), so
+    // hyper's own, which defaults to 30 s once a timer is set, is off.
+    builder.header_read_timeout(None);
     let (dropped_tx, dropped) = tokio::sync::oneshot::channel::<()>();
     let stream = TrackedStream {
         stream,
+        clock: clock.clone(),
+        origin,
         _dropped: dropped_tx,
     };
     // Boxed, not pinned on the stack, so it can be dropped (closing the
@@ -278,8 +374,14 @@ pub async fn serve_connection(conn: Connection, app: Router) {
             .serve_connection(TokioIo::new(stream), svc)
             .with_upgrades(),
     );
-    let idle = idle_expired(activity, in_flight, inbound.idle_timeout());
-    tokio::pin!(idle);
+    let expiry = watchdog(
+        activity,
+        clock,
+        origin,
+        inbound.read_timeout(),
+        inbound.idle_timeout(),
+    );
+    tokio::pin!(expiry);
     let mut draining = false;
     loop {
         tokio::select! {
@@ -295,8 +397,11 @@ pub async fn serve_connection(conn: Connection, app: Router) {
                 draining = true;
                 serving.as_mut().graceful_shutdown();
             }
-            _ = &mut idle, if !draining => {
-                metrics.error("idle_timeout");
+            why = &mut expiry, if !draining => {
+                metrics.error(match why {
+                    Expired::Header => "read_timeout",
+                    Expired::Idle => "idle_timeout",
+                });
                 break;
             }
         }
