@@ -119,6 +119,27 @@ impl ConnStream {
         }
     }
 
+    /// Hands over the plain socket, deregistered from tokio and still in
+    /// non-blocking mode, for a session that drives it outside the runtime
+    /// (the wire listener's low-latency poller): `Ok` with the socket (or
+    /// the deregistration's I/O error, after which the connection is gone).
+    /// A TLS connection cannot be handed over (its rustls state lives here)
+    /// and comes back unchanged in `Err`. From then on the caller meters
+    /// bytes and activity itself: this type's counters no longer see it.
+    // `Err` is the stream itself, not an error; boxing it would only add an
+    // allocation per hand-over.
+    #[allow(clippy::result_large_err)]
+    pub fn into_std(self) -> Result<io::Result<std::net::TcpStream>, ConnStream> {
+        match self.inner {
+            Inner::Plain(s) => Ok(s.into_std()),
+            inner @ Inner::Tls(_) => Err(ConnStream {
+                inner,
+                metrics: self.metrics,
+                activity: self.activity,
+            }),
+        }
+    }
+
     /// Splits into a read half and a write half that can live in different
     /// tasks. Plain TCP takes no lock; TLS shares the stream behind one.
     pub fn into_split(self) -> (ConnReader, ConnWriter) {

@@ -22,6 +22,23 @@ pub const DEFAULT_WRITE_BATCH: usize = 1024;
 pub const DEFAULT_SOCKPERF_MAX_MESSAGE: usize = 65_536;
 /// Default milliseconds given to open connections to finish on shutdown.
 pub const DEFAULT_DRAIN_MS: u64 = 2000;
+/// Default milliseconds the low-latency poller keeps spinning with nothing
+/// read before it parks on epoll.
+pub const DEFAULT_SPIN_IDLE_MS: u64 = 100;
+
+/// How `[wire]` connections are served.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WireMode {
+    /// Each connection is a reader and a writer task on the tokio runtime,
+    /// which park when there is nothing to do.
+    #[default]
+    Default,
+    /// Plain-TCP connections are handed to one dedicated thread that
+    /// busy-polls their sockets (`low_latency.rs`); it costs a core while
+    /// traffic flows and parks after `spin_idle_ms` of silence.
+    LowLatency,
+}
 
 /// `[wire]`: the framed publish/subscribe/echo listener. The listener block
 /// (`listen`, `enabled`, `max_connections`, `idle_timeout_ms`,
@@ -47,6 +64,15 @@ pub struct WireConfig {
     pub write_batch: usize,
     /// Milliseconds open connections get to flush on shutdown.
     pub drain_ms: u64,
+    /// `default` or `low_latency` (docs/wire.md, "Low-latency mode").
+    pub mode: WireMode,
+    /// Low-latency mode: the CPU the poller thread is pinned to (none: the
+    /// scheduler places it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<usize>,
+    /// Low-latency mode: milliseconds with nothing read before the poller
+    /// stops spinning and parks on epoll.
+    pub spin_idle_ms: u64,
     /// Secrets a client may authenticate with (each 1 to 256 bytes). When
     /// not empty, a connection's first frame must be an AUTH carrying one of
     /// them; anything else is refused (ERROR 10) and the connection closed.
@@ -68,6 +94,9 @@ impl Default for WireConfig {
             max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,
             write_batch: DEFAULT_WRITE_BATCH,
             drain_ms: DEFAULT_DRAIN_MS,
+            mode: WireMode::Default,
+            cpu: None,
+            spin_idle_ms: DEFAULT_SPIN_IDLE_MS,
             tokens: Vec::new(),
         }
     }
@@ -85,6 +114,9 @@ impl std::fmt::Debug for WireConfig {
             .field("max_subscriptions", &self.max_subscriptions)
             .field("write_batch", &self.write_batch)
             .field("drain_ms", &self.drain_ms)
+            .field("mode", &self.mode)
+            .field("cpu", &self.cpu)
+            .field("spin_idle_ms", &self.spin_idle_ms)
             .field("tokens", &format_args!("<{} redacted>", self.tokens.len()))
             .finish()
     }
@@ -166,6 +198,18 @@ mod tests {
         assert!(toml::from_str::<WireConfig>(&format!("tokens = [\"{long}\"]")).is_err());
         let w: WireConfig = toml::from_str("tokens = [\"hunter2\"]").unwrap();
         assert!(!format!("{w:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn the_mode_defaults_to_default_and_low_latency_takes_cpu_and_spin_idle() {
+        assert_eq!(WireConfig::default().mode, WireMode::Default);
+        let w: WireConfig =
+            toml::from_str("mode = \"low_latency\"\ncpu = 1\nspin_idle_ms = 5").unwrap();
+        assert_eq!(
+            (w.mode, w.cpu, w.spin_idle_ms),
+            (WireMode::LowLatency, Some(1), 5)
+        );
+        assert!(toml::from_str::<WireConfig>("mode = \"fast\"").is_err());
     }
 
     #[test]

@@ -13,6 +13,9 @@
 //!   halves, `reader` (decode, authenticate, act) and `writer` (replies and
 //!   subscriber messages), meeting in `outbound`; `auth`: the tokens and
 //!   their constant-time check;
+//! - `mode = "low_latency"`: `low_latency` (hand-over from the listener
+//!   core), `spin_poller` (the busy-polling thread), `spin_conn` (one
+//!   connection on it), `hub_link` (its bounded queues to the hub);
 //! - [`client`]: an async client (tests, bench), plain or TLS, with a token;
 //! - [`sockperf_header`]: the sockperf header and echo rule (pure);
 //!   [`sockperf`]: the `[sockperf]` listener;
@@ -26,15 +29,19 @@ pub mod codec;
 pub mod config;
 mod connection;
 pub mod frame;
+mod hub_link;
+mod low_latency;
 mod outbound;
 mod reader;
 pub mod server;
 pub mod sockperf;
 pub mod sockperf_header;
+mod spin_conn;
+mod spin_poller;
 mod writer;
 
 pub use client::{ClientError, ConnectOptions, WireClient};
-pub use config::{SockperfConfig, WireConfig};
+pub use config::{SockperfConfig, WireConfig, WireMode};
 pub use frame::{AuthToken, Echo, ErrorCode, ErrorFrame, Frame, FrameType};
 pub use server::WireServer;
 pub use sockperf::SockperfServer;

@@ -1,6 +1,8 @@
 //! The `[wire]` listener: binds through the listener core (TLS, connection
 //! limit, allow-list, timeouts, drain) and runs each accepted connection
-//! (`connection.rs`) until it closes or the server shuts down.
+//! until it closes or the server shuts down: as two tokio tasks
+//! (`connection.rs`) in the default mode, or on the busy-polling thread
+//! (`low_latency.rs`) in `mode = "low_latency"`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::TokenSet;
 use crate::connection::{self, ConnectionContext};
-use crate::WireConfig;
+use crate::low_latency::LowLatency;
+use crate::{WireConfig, WireMode};
 
 /// The listener's name: its config section and its metrics label.
 pub const SECTION: &str = "wire";
@@ -45,12 +48,24 @@ impl WireServer {
         let ctx = ConnectionContext {
             hub: hub.clone(),
             tokens: Arc::new(TokenSet::new(&self.config.tokens)),
-            config: Arc::new(self.config),
+            config: Arc::new(self.config.clone()),
         };
-        self.listener
-            .run(&hub, shutdown, drain, move |conn: Connection| {
-                connection::serve(conn, ctx.clone())
-            })
-            .await
+        match self.config.mode {
+            WireMode::Default => {
+                self.listener
+                    .run(&hub, shutdown, drain, move |conn: Connection| {
+                        connection::serve(conn, ctx.clone())
+                    })
+                    .await
+            }
+            WireMode::LowLatency => {
+                let (poller, _stop) = LowLatency::start(&ctx, drain)?;
+                self.listener
+                    .run(&hub, shutdown, drain, move |conn: Connection| {
+                        poller.clone().serve(conn, ctx.clone())
+                    })
+                    .await
+            }
+        }
     }
 }

@@ -4,6 +4,7 @@
 //! it — and bad input closing only its own connection, with a counted
 //! reason, while another connection is served.
 
+#[macro_use]
 mod common;
 
 use std::future::Future;
@@ -36,176 +37,183 @@ async fn closed_without_a_word(c: &mut tokio::net::TcpStream) -> bool {
     )
 }
 
-#[tokio::test]
-async fn one_byte_of_a_frame_is_closed_by_the_read_timeout() {
-    let s = TestServer::start(config(|c| c.listener.read_timeout_ms = 200)).await;
-    let mut c = WireClient::connect(s.addr).await.unwrap();
-    let t0 = Instant::now();
-    c.send_raw(&[9]).await.unwrap();
-    let e = expect_error_then_close(&mut c).await;
-    assert_eq!(e.code, ErrorCode::TimedOut);
-    assert!(t0.elapsed() >= Duration::from_millis(200));
-    assert_eq!(s.metrics("wire").error_count("read_timeout"), 1);
+both_modes! {
+    async fn one_byte_of_a_frame_is_closed_by_the_read_timeout() {
+        let s = TestServer::start(config(|c| c.listener.read_timeout_ms = 200)).await;
+        let mut c = WireClient::connect(s.addr).await.unwrap();
+        let t0 = Instant::now();
+        c.send_raw(&[9]).await.unwrap();
+        let e = expect_error_then_close(&mut c).await;
+        assert_eq!(e.code, ErrorCode::TimedOut);
+        assert!(t0.elapsed() >= Duration::from_millis(200));
+        assert_eq!(s.metrics("wire").error_count("read_timeout"), 1);
+    }
 }
 
-#[tokio::test]
-async fn a_frame_trickled_slower_than_the_read_timeout_is_closed() {
-    let s = TestServer::start(config(|c| c.listener.read_timeout_ms = 300)).await;
-    let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
-    // A PING (13 bytes) one byte every 50 ms would take 650 ms.
-    let ping = [9u8, 0, 0, 0, 6, 1, 0, 0, 0, 0, 0, 0, 0];
-    let t0 = Instant::now();
-    for b in ping {
-        if c.write_all(&[b]).await.is_err() {
-            break;
+both_modes! {
+    async fn a_frame_trickled_slower_than_the_read_timeout_is_closed() {
+        let s = TestServer::start(config(|c| c.listener.read_timeout_ms = 300)).await;
+        let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+        // A PING (13 bytes) one byte every 50 ms would take 650 ms.
+        let ping = [9u8, 0, 0, 0, 6, 1, 0, 0, 0, 0, 0, 0, 0];
+        let t0 = Instant::now();
+        for b in ping {
+            if c.write_all(&[b]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let m = s.metrics("wire");
+        eventually("the trickle to be cut", || {
+            m.error_count("read_timeout") == 1
+        })
+        .await;
+        assert!(t0.elapsed() < Duration::from_millis(650) + PATIENCE);
+        // Whatever the server wrote last was the TIMED_OUT error, not a PONG.
+        let mut rest = Vec::new();
+        let _ = tokio::time::timeout(PATIENCE, c.read_to_end(&mut rest)).await;
+        assert_eq!(rest.get(4), Some(&8), "expected an ERROR frame: {rest:?}");
     }
-    let m = s.metrics("wire");
-    eventually("the trickle to be cut", || {
-        m.error_count("read_timeout") == 1
-    })
-    .await;
-    assert!(t0.elapsed() < Duration::from_millis(650) + PATIENCE);
-    // Whatever the server wrote last was the TIMED_OUT error, not a PONG.
-    let mut rest = Vec::new();
-    let _ = tokio::time::timeout(PATIENCE, c.read_to_end(&mut rest)).await;
-    assert_eq!(rest.get(4), Some(&8), "expected an ERROR frame: {rest:?}");
 }
 
-#[tokio::test]
-async fn a_steady_stream_of_whole_frames_is_not_cut_by_the_read_timeout() {
-    let s = TestServer::start(config(|c| c.listener.read_timeout_ms = 150)).await;
-    let mut c = WireClient::connect(s.addr).await.unwrap();
-    let until = Instant::now() + Duration::from_millis(600);
-    while Instant::now() < until {
-        c.ping().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
+both_modes! {
+    async fn a_steady_stream_of_whole_frames_is_not_cut_by_the_read_timeout() {
+        let s = TestServer::start(config(|c| c.listener.read_timeout_ms = 150)).await;
+        let mut c = WireClient::connect(s.addr).await.unwrap();
+        let until = Instant::now() + Duration::from_millis(600);
+        while Instant::now() < until {
+            c.ping().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(s.metrics("wire").error_count("read_timeout"), 0);
     }
-    assert_eq!(s.metrics("wire").error_count("read_timeout"), 0);
 }
 
-#[tokio::test]
-async fn a_silent_connection_is_closed_by_the_idle_timeout() {
-    let s = TestServer::start(config(|c| c.listener.idle_timeout_ms = 200)).await;
-    let mut busy = WireClient::connect(s.addr).await.unwrap();
-    let mut quiet = WireClient::connect(s.addr).await.unwrap();
-    let until = Instant::now() + Duration::from_millis(500);
-    while Instant::now() < until {
+both_modes! {
+    async fn a_silent_connection_is_closed_by_the_idle_timeout() {
+        let s = TestServer::start(config(|c| c.listener.idle_timeout_ms = 200)).await;
+        let mut busy = WireClient::connect(s.addr).await.unwrap();
+        let mut quiet = WireClient::connect(s.addr).await.unwrap();
+        let until = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < until {
+            busy.ping().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let e = expect_error_then_close(&mut quiet).await;
+        assert_eq!(e.code, ErrorCode::TimedOut);
+        assert!(e.message.contains("idle"), "{}", e.message);
         busy.ping().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(s.metrics("wire").error_count("idle_timeout"), 1);
     }
-    let e = expect_error_then_close(&mut quiet).await;
-    assert_eq!(e.code, ErrorCode::TimedOut);
-    assert!(e.message.contains("idle"), "{}", e.message);
-    busy.ping().await.unwrap();
-    assert_eq!(s.metrics("wire").error_count("idle_timeout"), 1);
 }
 
-#[tokio::test]
-async fn a_client_outside_the_allow_list_is_refused_and_counted() {
-    let s = TestServer::start(config(|c| {
-        c.listener.allow = vec!["10.0.0.0/8".parse().unwrap()];
-    }))
-    .await;
-    let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
-    let _ = c.write_all(&[9, 0, 0, 0, 6, 1, 0, 0, 0, 0, 0, 0, 0]).await;
-    assert!(closed_without_a_word(&mut c).await);
-    let m = s.metrics("wire");
-    eventually("the refusal to be counted", || {
-        m.refused_count("not_allowed") == 1
-    })
-    .await;
-    assert_eq!(m.open_connections(), 0);
-}
-
-#[tokio::test]
-async fn the_connection_beyond_max_connections_is_refused_and_counted() {
-    let s = TestServer::start(config(|c| c.listener.max_connections = 2)).await;
-    let mut first = WireClient::connect(s.addr).await.unwrap();
-    let mut second = WireClient::connect(s.addr).await.unwrap();
-    first.ping().await.unwrap();
-    second.ping().await.unwrap();
-    let mut extra = tokio::net::TcpStream::connect(s.addr).await.unwrap();
-    assert!(closed_without_a_word(&mut extra).await);
-    let m = s.metrics("wire");
-    assert_eq!(m.refused_count("max_connections"), 1);
-    first.ping().await.unwrap();
-    // A slot freed is a slot to take.
-    drop(second);
-    eventually("the slot to free", || m.open_connections() == 1).await;
-    let mut again = WireClient::connect(s.addr).await.unwrap();
-    again.ping().await.unwrap();
-}
-
-#[tokio::test]
-async fn each_bad_input_closes_only_its_connection_with_a_counted_reason() {
-    let s = TestServer::start(config(|c| c.max_frame = 1024)).await;
-    let mut sub = WireClient::connect(s.addr).await.unwrap();
-    sub.subscribe("ok").await.unwrap();
-    let mut publ = WireClient::connect(s.addr).await.unwrap();
-    let cases: [(&str, &[u8], ErrorCode, &str); 5] = [
-        (
-            "garbage",
-            b"\x05\x00\x00\x00\x7fGARBAGE",
-            ErrorCode::UnknownType,
-            "unknown_type",
-        ),
-        (
-            "oversize",
-            &[1, 8, 0, 0, 1],
-            ErrorCode::FrameTooLarge,
-            "oversize_frame",
-        ),
-        (
-            "http",
-            b"GET / HTTP/1.1\r\n\r\n",
-            ErrorCode::FrameTooLarge,
-            "oversize_frame",
-        ),
-        (
-            "truncated body",
-            &[10, 0, 0, 0, 5, 1, 0, 0, 0, 1, 2, 3, 4, 5],
-            ErrorCode::TruncatedFrame,
-            "truncated_frame",
-        ),
-        (
-            "zero length",
-            &[0, 0, 0, 0],
-            ErrorCode::MalformedFrame,
-            "malformed_frame",
-        ),
-    ];
-    let m = s.metrics("wire");
-    for (i, (what, bytes, code, kind)) in cases.iter().enumerate() {
-        let before = m.error_count(kind);
-        let mut bad = WireClient::connect(s.addr).await.unwrap();
-        bad.send_raw(bytes).await.unwrap();
-        let e = expect_error_then_close(&mut bad).await;
-        assert_eq!(e.code, *code, "{what}: {}", e.message);
-        assert_eq!(m.error_count(kind), before + 1, "{what}");
-        // The well-behaved pair is still served.
-        let payload = format!("after {what}");
-        publ.publish(&Message::new("ok", Bytes::from(payload.clone())))
-            .await
-            .unwrap();
-        let got = tokio::time::timeout(PATIENCE, sub.recv_message())
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(got.payload, payload.as_bytes(), "case {i}");
+both_modes! {
+    async fn a_client_outside_the_allow_list_is_refused_and_counted() {
+        let s = TestServer::start(config(|c| {
+            c.listener.allow = vec!["10.0.0.0/8".parse().unwrap()];
+        }))
+        .await;
+        let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+        let _ = c.write_all(&[9, 0, 0, 0, 6, 1, 0, 0, 0, 0, 0, 0, 0]).await;
+        assert!(closed_without_a_word(&mut c).await);
+        let m = s.metrics("wire");
+        eventually("the refusal to be counted", || {
+            m.refused_count("not_allowed") == 1
+        })
+        .await;
+        assert_eq!(m.open_connections(), 0);
     }
-    // A connection that ends mid-frame.
-    let mut cut = WireClient::connect(s.addr).await.unwrap();
-    cut.send_raw(&[100, 0, 0, 0, 1, 1, 2]).await.unwrap();
-    cut.shutdown_write().await.unwrap();
-    assert_eq!(
-        expect_error_then_close(&mut cut).await.code,
-        ErrorCode::TruncatedFrame
-    );
-    assert_eq!(m.error_count("truncated_frame"), 2);
-    publ.ping().await.unwrap();
-    sub.ping().await.unwrap();
+}
+
+both_modes! {
+    async fn the_connection_beyond_max_connections_is_refused_and_counted() {
+        let s = TestServer::start(config(|c| c.listener.max_connections = 2)).await;
+        let mut first = WireClient::connect(s.addr).await.unwrap();
+        let mut second = WireClient::connect(s.addr).await.unwrap();
+        first.ping().await.unwrap();
+        second.ping().await.unwrap();
+        let mut extra = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+        assert!(closed_without_a_word(&mut extra).await);
+        let m = s.metrics("wire");
+        assert_eq!(m.refused_count("max_connections"), 1);
+        first.ping().await.unwrap();
+        // A slot freed is a slot to take.
+        drop(second);
+        eventually("the slot to free", || m.open_connections() == 1).await;
+        let mut again = WireClient::connect(s.addr).await.unwrap();
+        again.ping().await.unwrap();
+    }
+}
+
+both_modes! {
+    async fn each_bad_input_closes_only_its_connection_with_a_counted_reason() {
+        let s = TestServer::start(config(|c| c.max_frame = 1024)).await;
+        let mut sub = WireClient::connect(s.addr).await.unwrap();
+        sub.subscribe("ok").await.unwrap();
+        let mut publ = WireClient::connect(s.addr).await.unwrap();
+        let cases: [(&str, &[u8], ErrorCode, &str); 5] = [
+            (
+                "garbage",
+                b"\x05\x00\x00\x00\x7fGARBAGE",
+                ErrorCode::UnknownType,
+                "unknown_type",
+            ),
+            (
+                "oversize",
+                &[1, 8, 0, 0, 1],
+                ErrorCode::FrameTooLarge,
+                "oversize_frame",
+            ),
+            (
+                "http",
+                b"GET / HTTP/1.1\r\n\r\n",
+                ErrorCode::FrameTooLarge,
+                "oversize_frame",
+            ),
+            (
+                "truncated body",
+                &[10, 0, 0, 0, 5, 1, 0, 0, 0, 1, 2, 3, 4, 5],
+                ErrorCode::TruncatedFrame,
+                "truncated_frame",
+            ),
+            (
+                "zero length",
+                &[0, 0, 0, 0],
+                ErrorCode::MalformedFrame,
+                "malformed_frame",
+            ),
+        ];
+        let m = s.metrics("wire");
+        for (i, (what, bytes, code, kind)) in cases.iter().enumerate() {
+            let before = m.error_count(kind);
+            let mut bad = WireClient::connect(s.addr).await.unwrap();
+            bad.send_raw(bytes).await.unwrap();
+            let e = expect_error_then_close(&mut bad).await;
+            assert_eq!(e.code, *code, "{what}: {}", e.message);
+            assert_eq!(m.error_count(kind), before + 1, "{what}");
+            // The well-behaved pair is still served.
+            let payload = format!("after {what}");
+            publ.publish(&Message::new("ok", Bytes::from(payload.clone())))
+                .await
+                .unwrap();
+            let got = tokio::time::timeout(PATIENCE, sub.recv_message())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(got.payload, payload.as_bytes(), "case {i}");
+        }
+        // A connection that ends mid-frame.
+        let mut cut = WireClient::connect(s.addr).await.unwrap();
+        cut.send_raw(&[100, 0, 0, 0, 1, 1, 2]).await.unwrap();
+        cut.shutdown_write().await.unwrap();
+        assert_eq!(
+            expect_error_then_close(&mut cut).await.code,
+            ErrorCode::TruncatedFrame
+        );
+        assert_eq!(m.error_count("truncated_frame"), 2);
+        publ.ping().await.unwrap();
+        sub.ping().await.unwrap();
+    }
 }
 
 /// A sink that holds every message until the test opens its gate.
@@ -234,34 +242,35 @@ impl Sink for GateSink {
     }
 }
 
-#[tokio::test]
-async fn a_publish_holds_its_bytes_of_the_budget_until_the_hub_took_it() {
-    let gate = Arc::new(Semaphore::new(0));
-    let mut routes = RouteTable::default();
-    routes.add(
-        Pattern::parse("slow.>").unwrap(),
-        Arc::new(GateSink { gate: gate.clone() }),
-    );
-    let budget = InflightBudget::new(1 << 20);
-    let s = TestServer::start_with_hub(
-        WireConfig::default(),
-        Hub::with_budget(routes, budget.clone()),
-    )
-    .await;
-    let mut c = WireClient::connect(s.addr).await.unwrap();
-    let msg = Message::new("slow.q", Bytes::from(vec![1u8; 1000]));
-    let mut frame = bytes::BytesMut::new();
-    tidegate_wire::codec::encode_message(tidegate_wire::FrameType::Publish, &msg, &mut frame)
-        .unwrap();
-    c.publish(&msg).await.unwrap();
-    eventually("the frame's bytes to be held", || {
-        budget.in_use() == frame.len()
-    })
-    .await;
-    // Still held while the sink has not taken the message.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(budget.in_use(), frame.len());
-    gate.add_permits(1);
-    c.ping().await.unwrap();
-    eventually("the bytes to return", || budget.in_use() == 0).await;
+both_modes! {
+    async fn a_publish_holds_its_bytes_of_the_budget_until_the_hub_took_it() {
+        let gate = Arc::new(Semaphore::new(0));
+        let mut routes = RouteTable::default();
+        routes.add(
+            Pattern::parse("slow.>").unwrap(),
+            Arc::new(GateSink { gate: gate.clone() }),
+        );
+        let budget = InflightBudget::new(1 << 20);
+        let s = TestServer::start_with_hub(
+            WireConfig::default(),
+            Hub::with_budget(routes, budget.clone()),
+        )
+        .await;
+        let mut c = WireClient::connect(s.addr).await.unwrap();
+        let msg = Message::new("slow.q", Bytes::from(vec![1u8; 1000]));
+        let mut frame = bytes::BytesMut::new();
+        tidegate_wire::codec::encode_message(tidegate_wire::FrameType::Publish, &msg, &mut frame)
+            .unwrap();
+        c.publish(&msg).await.unwrap();
+        eventually("the frame's bytes to be held", || {
+            budget.in_use() == frame.len()
+        })
+        .await;
+        // Still held while the sink has not taken the message.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(budget.in_use(), frame.len());
+        gate.add_permits(1);
+        c.ping().await.unwrap();
+        eventually("the bytes to return", || budget.in_use() == 0).await;
+    }
 }

@@ -1,6 +1,7 @@
 //! Publish/subscribe over real sockets: exact topics, wildcards,
 //! unsubscribe, and both overflow policies of a subscriber that stops reading.
 
+#[macro_use]
 mod common;
 
 use std::time::Duration;
@@ -26,117 +27,124 @@ async fn topics_received(c: &mut WireClient, n: usize) -> Vec<String> {
     v
 }
 
-#[tokio::test]
-async fn a_published_message_reaches_an_exact_subscriber_intact() {
-    let s = TestServer::default().await;
-    let mut sub = WireClient::connect(s.addr).await.unwrap();
-    sub.subscribe("orders.eu").await.unwrap();
-    let mut publ = WireClient::connect(s.addr).await.unwrap();
-    let sent = msg("orders.eu", "payload-1")
-        .with_key(Bytes::from_static(b"k1"))
-        .with_timestamp_ns(42)
-        .with_attribute("source", "test");
-    publ.publish(&sent).await.unwrap();
-    let got = sub.recv_message().await.unwrap();
-    assert_eq!(got, sent);
-}
-
-#[tokio::test]
-async fn a_zero_timestamp_is_stamped_on_arrival() {
-    let s = TestServer::default().await;
-    let mut sub = WireClient::connect(s.addr).await.unwrap();
-    sub.subscribe("t").await.unwrap();
-    let mut publ = WireClient::connect(s.addr).await.unwrap();
-    publ.publish(&msg("t", "x").with_timestamp_ns(0))
-        .await
-        .unwrap();
-    assert!(sub.recv_message().await.unwrap().timestamp_ns > 0);
-}
-
-#[tokio::test]
-async fn wildcard_subscriptions_match_as_in_nats() {
-    let s = TestServer::default().await;
-    let mut sub = WireClient::connect(s.addr).await.unwrap();
-    sub.subscribe("a.*.c").await.unwrap();
-    sub.subscribe("x.>").await.unwrap();
-    sub.subscribe("end").await.unwrap();
-    let mut publ = WireClient::connect(s.addr).await.unwrap();
-    for t in ["a.b.c", "a.b.d", "a.b.c.d", "x", "x.y.z", "x.y", "end"] {
-        publ.publish(&msg(t, t)).await.unwrap();
+both_modes! {
+    async fn a_published_message_reaches_an_exact_subscriber_intact() {
+        let s = TestServer::default().await;
+        let mut sub = WireClient::connect(s.addr).await.unwrap();
+        sub.subscribe("orders.eu").await.unwrap();
+        let mut publ = WireClient::connect(s.addr).await.unwrap();
+        let sent = msg("orders.eu", "payload-1")
+            .with_key(Bytes::from_static(b"k1"))
+            .with_timestamp_ns(42)
+            .with_attribute("source", "test");
+        publ.publish(&sent).await.unwrap();
+        let got = sub.recv_message().await.unwrap();
+        assert_eq!(got, sent);
     }
-    assert_eq!(
-        topics_received(&mut sub, 4).await,
-        ["a.b.c", "x.y.z", "x.y", "end"]
-    );
 }
 
-#[tokio::test]
-async fn unsubscribe_stops_delivery() {
-    let s = TestServer::default().await;
-    let mut sub = WireClient::connect(s.addr).await.unwrap();
-    sub.subscribe("a").await.unwrap();
-    sub.subscribe("b").await.unwrap();
-    let mut publ = WireClient::connect(s.addr).await.unwrap();
-    publ.publish(&msg("a", "1")).await.unwrap();
-    assert_eq!(topics_received(&mut sub, 1).await, ["a"]);
-    sub.unsubscribe("a").await.unwrap();
-    publ.publish(&msg("a", "2")).await.unwrap();
-    publ.publish(&msg("b", "3")).await.unwrap();
-    assert_eq!(topics_received(&mut sub, 1).await, ["b"]);
+both_modes! {
+    async fn a_zero_timestamp_is_stamped_on_arrival() {
+        let s = TestServer::default().await;
+        let mut sub = WireClient::connect(s.addr).await.unwrap();
+        sub.subscribe("t").await.unwrap();
+        let mut publ = WireClient::connect(s.addr).await.unwrap();
+        publ.publish(&msg("t", "x").with_timestamp_ns(0))
+            .await
+            .unwrap();
+        assert!(sub.recv_message().await.unwrap().timestamp_ns > 0);
+    }
 }
 
-#[tokio::test]
-async fn a_duplicate_subscription_delivers_once() {
-    let s = TestServer::default().await;
-    let mut sub = WireClient::connect(s.addr).await.unwrap();
-    sub.subscribe("a").await.unwrap();
-    sub.subscribe("a").await.unwrap();
-    let mut publ = WireClient::connect(s.addr).await.unwrap();
-    publ.publish(&msg("a", "1")).await.unwrap();
-    publ.publish(&msg("b", "end")).await.unwrap();
-    sub.subscribe("b").await.unwrap();
-    publ.publish(&msg("b", "end")).await.unwrap();
-    assert_eq!(topics_received(&mut sub, 2).await, ["a", "b"]);
-}
-
-#[tokio::test]
-async fn a_bad_pattern_is_an_error_that_keeps_the_connection() {
-    let s = TestServer::default().await;
-    let mut c = WireClient::connect(s.addr).await.unwrap();
-    match c.subscribe("a.>.b").await {
-        Err(ClientError::Server(e)) => {
-            assert_eq!(e.code, ErrorCode::BadTopic);
-            assert!(e.message.contains("a.>.b"), "{}", e.message);
+both_modes! {
+    async fn wildcard_subscriptions_match_as_in_nats() {
+        let s = TestServer::default().await;
+        let mut sub = WireClient::connect(s.addr).await.unwrap();
+        sub.subscribe("a.*.c").await.unwrap();
+        sub.subscribe("x.>").await.unwrap();
+        sub.subscribe("end").await.unwrap();
+        let mut publ = WireClient::connect(s.addr).await.unwrap();
+        for t in ["a.b.c", "a.b.d", "a.b.c.d", "x", "x.y.z", "x.y", "end"] {
+            publ.publish(&msg(t, t)).await.unwrap();
         }
-        other => panic!("expected BadTopic, got {other:?}"),
+        assert_eq!(
+            topics_received(&mut sub, 4).await,
+            ["a.b.c", "x.y.z", "x.y", "end"]
+        );
     }
-    match c
-        .send(&Frame::Publish(msg("a.*", "x")))
-        .await
-        .and(c.ping().await)
-    {
-        Err(ClientError::Server(e)) => assert_eq!(e.code, ErrorCode::BadTopic),
-        other => panic!("expected BadTopic, got {other:?}"),
-    }
-    c.ping().await.expect("connection still open");
 }
 
-#[tokio::test]
-async fn the_subscription_limit_is_enforced_per_connection() {
-    let s = TestServer::start(WireConfig {
-        max_subscriptions: 2,
-        ..Default::default()
-    })
-    .await;
-    let mut c = WireClient::connect(s.addr).await.unwrap();
-    c.subscribe("a").await.unwrap();
-    c.subscribe("b").await.unwrap();
-    match c.subscribe("c").await {
-        Err(ClientError::Server(e)) => assert_eq!(e.code, ErrorCode::TooManySubscriptions),
-        other => panic!("expected TooManySubscriptions, got {other:?}"),
+both_modes! {
+    async fn unsubscribe_stops_delivery() {
+        let s = TestServer::default().await;
+        let mut sub = WireClient::connect(s.addr).await.unwrap();
+        sub.subscribe("a").await.unwrap();
+        sub.subscribe("b").await.unwrap();
+        let mut publ = WireClient::connect(s.addr).await.unwrap();
+        publ.publish(&msg("a", "1")).await.unwrap();
+        assert_eq!(topics_received(&mut sub, 1).await, ["a"]);
+        sub.unsubscribe("a").await.unwrap();
+        publ.publish(&msg("a", "2")).await.unwrap();
+        publ.publish(&msg("b", "3")).await.unwrap();
+        assert_eq!(topics_received(&mut sub, 1).await, ["b"]);
     }
-    c.unsubscribe("a").await.unwrap();
-    c.subscribe("c").await.unwrap();
+}
+
+both_modes! {
+    async fn a_duplicate_subscription_delivers_once() {
+        let s = TestServer::default().await;
+        let mut sub = WireClient::connect(s.addr).await.unwrap();
+        sub.subscribe("a").await.unwrap();
+        sub.subscribe("a").await.unwrap();
+        let mut publ = WireClient::connect(s.addr).await.unwrap();
+        publ.publish(&msg("a", "1")).await.unwrap();
+        publ.publish(&msg("b", "end")).await.unwrap();
+        sub.subscribe("b").await.unwrap();
+        publ.publish(&msg("b", "end")).await.unwrap();
+        assert_eq!(topics_received(&mut sub, 2).await, ["a", "b"]);
+    }
+}
+
+both_modes! {
+    async fn a_bad_pattern_is_an_error_that_keeps_the_connection() {
+        let s = TestServer::default().await;
+        let mut c = WireClient::connect(s.addr).await.unwrap();
+        match c.subscribe("a.>.b").await {
+            Err(ClientError::Server(e)) => {
+                assert_eq!(e.code, ErrorCode::BadTopic);
+                assert!(e.message.contains("a.>.b"), "{}", e.message);
+            }
+            other => panic!("expected BadTopic, got {other:?}"),
+        }
+        match c
+            .send(&Frame::Publish(msg("a.*", "x")))
+            .await
+            .and(c.ping().await)
+        {
+            Err(ClientError::Server(e)) => assert_eq!(e.code, ErrorCode::BadTopic),
+            other => panic!("expected BadTopic, got {other:?}"),
+        }
+        c.ping().await.expect("connection still open");
+    }
+}
+
+both_modes! {
+    async fn the_subscription_limit_is_enforced_per_connection() {
+        let s = TestServer::start(WireConfig {
+            max_subscriptions: 2,
+            ..Default::default()
+        })
+        .await;
+        let mut c = WireClient::connect(s.addr).await.unwrap();
+        c.subscribe("a").await.unwrap();
+        c.subscribe("b").await.unwrap();
+        match c.subscribe("c").await {
+            Err(ClientError::Server(e)) => assert_eq!(e.code, ErrorCode::TooManySubscriptions),
+            other => panic!("expected TooManySubscriptions, got {other:?}"),
+        }
+        c.unsubscribe("a").await.unwrap();
+        c.subscribe("c").await.unwrap();
+    }
 }
 
 /// Publishes 16 KiB messages on `flood` to a subscriber that is not reading,
@@ -159,68 +167,70 @@ async fn flood(s: &TestServer, overflowed: impl Fn() -> bool) -> usize {
     i
 }
 
-#[tokio::test]
-async fn a_slow_subscriber_loses_the_oldest_messages_under_drop_oldest() {
-    let config = WireConfig {
-        subscriber_capacity: 8,
-        overflow: OverflowPolicy::DropOldest,
-        ..Default::default()
-    };
-    let s = TestServer::start(config).await;
-    let mut sub = WireClient::connect(s.addr).await.unwrap();
-    sub.subscribe("flood").await.unwrap();
-    let n = flood(&s, || s.hub.metrics().dropped_oldest.get() > 0).await;
-    // Everything still queued arrives, in order, ending with the newest.
-    let mut last = None;
-    let mut received = 0;
-    while last != Some(n - 1) {
-        let m = tokio::time::timeout(Duration::from_secs(10), sub.recv_message())
-            .await
-            .expect("messages keep coming")
-            .unwrap();
-        let i: usize = m.attribute("i").unwrap().parse().unwrap();
-        assert!(
-            last.is_none_or(|l| i > l),
-            "out of order: {i} after {last:?}"
-        );
-        last = Some(i);
-        received += 1;
+both_modes! {
+    async fn a_slow_subscriber_loses_the_oldest_messages_under_drop_oldest() {
+        let config = WireConfig {
+            subscriber_capacity: 8,
+            overflow: OverflowPolicy::DropOldest,
+            ..Default::default()
+        };
+        let s = TestServer::start(config).await;
+        let mut sub = WireClient::connect(s.addr).await.unwrap();
+        sub.subscribe("flood").await.unwrap();
+        let n = flood(&s, || s.hub.metrics().dropped_oldest.get() > 0).await;
+        // Everything still queued arrives, in order, ending with the newest.
+        let mut last = None;
+        let mut received = 0;
+        while last != Some(n - 1) {
+            let m = tokio::time::timeout(Duration::from_secs(10), sub.recv_message())
+                .await
+                .expect("messages keep coming")
+                .unwrap();
+            let i: usize = m.attribute("i").unwrap().parse().unwrap();
+            assert!(
+                last.is_none_or(|l| i > l),
+                "out of order: {i} after {last:?}"
+            );
+            last = Some(i);
+            received += 1;
+        }
+        assert!(received < n, "received all {n} despite drops");
+        sub.ping().await.expect("the subscriber stays connected");
     }
-    assert!(received < n, "received all {n} despite drops");
-    sub.ping().await.expect("the subscriber stays connected");
 }
 
-#[tokio::test]
-async fn a_slow_subscriber_is_disconnected_under_disconnect() {
-    let config = WireConfig {
-        subscriber_capacity: 8,
-        overflow: OverflowPolicy::Disconnect,
-        ..Default::default()
-    };
-    let s = TestServer::start(config).await;
-    let mut sub = WireClient::connect(s.addr).await.unwrap();
-    sub.subscribe("flood").await.unwrap();
-    let mut other = WireClient::connect(s.addr).await.unwrap();
-    other.subscribe("other").await.unwrap();
-    flood(&s, || s.hub.metrics().disconnected_slow.get() > 0).await;
-    assert_eq!(s.hub.metrics().disconnected_slow.get(), 1);
-    let error = loop {
-        match tokio::time::timeout(Duration::from_secs(10), sub.recv())
-            .await
-            .unwrap()
-        {
-            Ok(Some(Frame::Message(_))) => continue,
-            Ok(Some(Frame::Error(e))) => break e,
-            other => panic!("expected an ERROR before the close, got {other:?}"),
-        }
-    };
-    assert_eq!(error.code, ErrorCode::SlowConsumer);
-    assert!(
-        matches!(sub.recv().await, Ok(None) | Err(_)),
-        "connection closed after the ERROR"
-    );
-    // Other subscribers are unaffected.
-    let mut publ = WireClient::connect(s.addr).await.unwrap();
-    publ.publish(&msg("other", "fine")).await.unwrap();
-    assert_eq!(&other.recv_message().await.unwrap().payload[..], b"fine");
+both_modes! {
+    async fn a_slow_subscriber_is_disconnected_under_disconnect() {
+        let config = WireConfig {
+            subscriber_capacity: 8,
+            overflow: OverflowPolicy::Disconnect,
+            ..Default::default()
+        };
+        let s = TestServer::start(config).await;
+        let mut sub = WireClient::connect(s.addr).await.unwrap();
+        sub.subscribe("flood").await.unwrap();
+        let mut other = WireClient::connect(s.addr).await.unwrap();
+        other.subscribe("other").await.unwrap();
+        flood(&s, || s.hub.metrics().disconnected_slow.get() > 0).await;
+        assert_eq!(s.hub.metrics().disconnected_slow.get(), 1);
+        let error = loop {
+            match tokio::time::timeout(Duration::from_secs(10), sub.recv())
+                .await
+                .unwrap()
+            {
+                Ok(Some(Frame::Message(_))) => continue,
+                Ok(Some(Frame::Error(e))) => break e,
+                other => panic!("expected an ERROR before the close, got {other:?}"),
+            }
+        };
+        assert_eq!(error.code, ErrorCode::SlowConsumer);
+        assert!(
+            matches!(sub.recv().await, Ok(None) | Err(_)),
+            "connection closed after the ERROR"
+        );
+        // Other subscribers are unaffected.
+        let mut publ = WireClient::connect(s.addr).await.unwrap();
+        publ.publish(&msg("other", "fine")).await.unwrap();
+        assert_eq!(&other.recv_message().await.unwrap().payload[..], b"fine");
+    }
 }

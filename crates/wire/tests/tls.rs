@@ -2,6 +2,7 @@
 //! support: publish, subscribe and echo round trips, a client certificate
 //! with a token, and a plain client refused at the handshake.
 
+#[macro_use]
 mod common;
 
 use bytes::Bytes;
@@ -25,55 +26,58 @@ fn tls_options(pki: &TestPki, with_identity: bool) -> ConnectOptions {
         .unwrap()
 }
 
-#[tokio::test]
-async fn publish_subscribe_and_echo_work_over_tls() {
-    let pki = TestPki::generate().unwrap();
-    let s = tls_server(&pki, None, &[]).await;
-    let opts = tls_options(&pki, false);
-    let mut sub = WireClient::connect_with(s.addr, &opts).await.unwrap();
-    assert!(sub.is_tls());
-    sub.subscribe("secure.*").await.unwrap();
-    let mut publ = WireClient::connect_with(s.addr, &opts).await.unwrap();
-    let sent = Message::new("secure.a", Bytes::from(vec![42u8; 100_000]))
-        .with_key(Bytes::from_static(b"k"))
-        .with_timestamp_ns(7);
-    publ.publish(&sent).await.unwrap();
-    let got = tokio::time::timeout(PATIENCE, sub.recv_message())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(got, sent);
-    let reply = publ.echo(3, 33, &[1; 64]).await.unwrap();
-    assert_eq!((reply.correlation_id, reply.send_time_ns), (3, 33));
-    publ.ping().await.unwrap();
+both_modes! {
+    async fn publish_subscribe_and_echo_work_over_tls() {
+        let pki = TestPki::generate().unwrap();
+        let s = tls_server(&pki, None, &[]).await;
+        let opts = tls_options(&pki, false);
+        let mut sub = WireClient::connect_with(s.addr, &opts).await.unwrap();
+        assert!(sub.is_tls());
+        sub.subscribe("secure.*").await.unwrap();
+        let mut publ = WireClient::connect_with(s.addr, &opts).await.unwrap();
+        let sent = Message::new("secure.a", Bytes::from(vec![42u8; 100_000]))
+            .with_key(Bytes::from_static(b"k"))
+            .with_timestamp_ns(7);
+        publ.publish(&sent).await.unwrap();
+        let got = tokio::time::timeout(PATIENCE, sub.recv_message())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got, sent);
+        let reply = publ.echo(3, 33, &[1; 64]).await.unwrap();
+        assert_eq!((reply.correlation_id, reply.send_time_ns), (3, 33));
+        publ.ping().await.unwrap();
+    }
 }
 
-#[tokio::test]
-async fn a_client_certificate_and_a_token_together() {
-    let pki = TestPki::generate().unwrap();
-    let s = tls_server(&pki, Some(ClientAuth::Required), &["tok"]).await;
-    let opts = tls_options(&pki, true).token("tok");
-    let mut c = WireClient::connect_with(s.addr, &opts).await.unwrap();
-    c.ping().await.unwrap();
-    // Without the certificate the handshake itself fails.
-    let no_cert = tls_options(&pki, false).token("tok");
-    let refused = match WireClient::connect_with(s.addr, &no_cert).await {
-        Err(_) => true,
-        // TLS 1.3: the client may finish before the server's refusal arrives.
-        Ok(mut c) => c.ping().await.is_err(),
-    };
-    assert!(refused, "a client without a certificate was served");
+both_modes! {
+    async fn a_client_certificate_and_a_token_together() {
+        let pki = TestPki::generate().unwrap();
+        let s = tls_server(&pki, Some(ClientAuth::Required), &["tok"]).await;
+        let opts = tls_options(&pki, true).token("tok");
+        let mut c = WireClient::connect_with(s.addr, &opts).await.unwrap();
+        c.ping().await.unwrap();
+        // Without the certificate the handshake itself fails.
+        let no_cert = tls_options(&pki, false).token("tok");
+        let refused = match WireClient::connect_with(s.addr, &no_cert).await {
+            Err(_) => true,
+            // TLS 1.3: the client may finish before the server's refusal arrives.
+            Ok(mut c) => c.ping().await.is_err(),
+        };
+        assert!(refused, "a client without a certificate was served");
+    }
 }
 
-#[tokio::test]
-async fn a_plain_client_on_a_tls_listener_fails_the_handshake_and_is_counted() {
-    let pki = TestPki::generate().unwrap();
-    let s = tls_server(&pki, None, &[]).await;
-    let mut c = WireClient::connect(s.addr).await.unwrap();
-    assert!(c.ping().await.is_err());
-    let m = s.metrics("wire");
-    eventually("a counted handshake failure", || {
-        m.error_count("tls_handshake") == 1
-    })
-    .await;
+both_modes! {
+    async fn a_plain_client_on_a_tls_listener_fails_the_handshake_and_is_counted() {
+        let pki = TestPki::generate().unwrap();
+        let s = tls_server(&pki, None, &[]).await;
+        let mut c = WireClient::connect(s.addr).await.unwrap();
+        assert!(c.ping().await.is_err());
+        let m = s.metrics("wire");
+        eventually("a counted handshake failure", || {
+            m.error_count("tls_handshake") == 1
+        })
+        .await;
+    }
 }

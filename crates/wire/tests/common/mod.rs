@@ -1,20 +1,65 @@
 //! Starts in-process `[wire]` and `[sockperf]` servers on free ports for
 //! integration tests, and small helpers the test files share.
+//!
+//! [`both_modes!`] runs a test once per `[wire] mode`: the servers a test
+//! starts take the mode of the test thread ([`set_mode`]), so the protocol
+//! tests need no mode argument of their own.
 
 #![allow(dead_code)]
 
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use tidegate_hub::{Hub, ListenerMetrics};
 use tidegate_wire::{
-    ErrorFrame, Frame, SockperfConfig, SockperfServer, WireClient, WireConfig, WireServer,
+    ErrorFrame, Frame, SockperfConfig, SockperfServer, WireClient, WireConfig, WireMode, WireServer,
 };
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// How long a test waits for something the server should do at once.
 pub const PATIENCE: Duration = Duration::from_secs(5);
+
+thread_local! {
+    /// The mode servers started on this thread run in.
+    static MODE: Cell<WireMode> = const { Cell::new(WireMode::Default) };
+}
+
+/// Sets the mode of the `[wire]` servers this test thread starts (a
+/// `#[tokio::test]` body runs on its own thread).
+pub fn set_mode(mode: WireMode) {
+    MODE.with(|m| m.set(mode));
+}
+
+/// The mode of this test thread.
+pub fn mode() -> WireMode {
+    MODE.with(|m| m.get())
+}
+
+/// Turns `async fn name() { body }` into a module `name` with two tests,
+/// `default` and `low_latency`, running the body in each `[wire] mode`.
+#[macro_export]
+macro_rules! both_modes {
+    ($(async fn $name:ident() $body:block)*) => {$(
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[tokio::test]
+            async fn default() {
+                $crate::common::set_mode(tidegate_wire::WireMode::Default);
+                $body
+            }
+
+            #[tokio::test]
+            async fn low_latency() {
+                $crate::common::set_mode(tidegate_wire::WireMode::LowLatency);
+                $body
+            }
+        }
+    )*};
+}
 
 /// A running server; shut down on drop.
 pub struct TestServer {
@@ -33,6 +78,9 @@ impl TestServer {
     /// Starts a `[wire]` server publishing into `hub`.
     pub async fn start_with_hub(mut config: WireConfig, hub: Hub) -> TestServer {
         config.listener.listen = "127.0.0.1:0".parse().unwrap();
+        if config.mode == WireMode::Default {
+            config.mode = mode();
+        }
         let server = WireServer::bind(config).unwrap();
         let addr = server.local_addr();
         let shutdown = CancellationToken::new();

@@ -1,0 +1,680 @@
+//! One `[wire]` connection in low-latency mode, driven by the poller thread
+//! (`spin_poller.rs`): a non-blocking socket, a read buffer and a write
+//! buffer allocated once, and the session rules of `reader.rs` applied
+//! synchronously.
+//!
+//! The echo path — read, find an ECHO frame in the buffer, copy its 20-byte
+//! header into the write buffer, write — allocates nothing, takes no lock and
+//! hands nothing to another thread. Everything that needs the hub (PUBLISH,
+//! SUBSCRIBE, UNSUBSCRIBE, a PING behind them) goes to the connection's hub
+//! task over its bounded queue (`hub_link.rs`); when that queue is full the
+//! connection stops decoding until it has room, so TCP slows the client.
+//!
+//! The listener core's rules are kept here because the core no longer sees
+//! the socket: the idle timeout, the partial-frame (read) timeout, byte and
+//! frame counters, and the in-flight budget for a PUBLISH until the hub
+//! took it. The read buffer itself is a fixed per-connection allocation
+//! (bounded by `max_connections`), not drawn from the budget.
+
+use std::collections::HashSet;
+use std::io::{ErrorKind, Read, Write};
+use std::net::Shutdown;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use tidegate_hub::message::now_ns;
+use tidegate_hub::{Hub, ListenerMetrics, Pattern};
+use tokio::sync::mpsc::error::{TryRecvError, TrySendError};
+
+use crate::auth::TokenSet;
+use crate::codec::{self, DecodeError};
+use crate::frame::{AuthToken, Echo, ErrorCode, Frame, FrameType};
+use crate::hub_link::{FromHub, LinkEnd, ToHub};
+use crate::WireConfig;
+
+/// Read buffer allocated per connection, bytes; only a frame larger than
+/// this grows it (and it shrinks back once that frame is consumed).
+pub(crate) const READ_BUFFER_BYTES: usize = 64 * 1024;
+/// Write buffer allocated per connection, bytes (grows up to
+/// `max_outbound_bytes` for a client that does not read).
+pub(crate) const WRITE_BUFFER_BYTES: usize = 64 * 1024;
+/// How long input is drained after a fatal error (as in `reader.rs`).
+const LINGER: Duration = Duration::from_millis(500);
+/// Most bytes discarded while lingering.
+const LINGER_BYTES: usize = 4 * 1024 * 1024;
+/// Length prefix plus type byte.
+const FRAME_HEADER: usize = 5;
+/// Bytes of an ECHO reply: header plus the 20-byte echo header.
+const ECHO_REPLY_LEN: usize = FRAME_HEADER + Echo::HEADER_LEN;
+
+/// What every low-latency connection of one listener shares.
+pub(crate) struct SpinContext {
+    pub(crate) hub: Hub,
+    pub(crate) config: Arc<WireConfig>,
+    pub(crate) tokens: Arc<TokenSet>,
+    pub(crate) metrics: ListenerMetrics,
+}
+
+/// Where a connection is in its life.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum State {
+    /// Reading and answering frames.
+    Open,
+    /// Flushing what is buffered, then closing; `linger` drains input
+    /// afterwards so a fatal ERROR is not destroyed by a reset.
+    Closing { linger: bool },
+    /// Write side closed; discarding input until the deadline.
+    Lingering { until: Instant, discarded: usize },
+    /// Finished: the poller drops it.
+    Done,
+}
+
+/// A fatal condition: the connection is closing.
+struct Fatal;
+
+/// Per-pass counters, added to the listener's metrics once per pass rather
+/// than per frame (the counters are shared by every connection).
+#[derive(Default)]
+pub(crate) struct PassCounts {
+    pub(crate) bytes_in: usize,
+    pub(crate) bytes_out: usize,
+    pub(crate) frames_in: u64,
+}
+
+/// One connection served by the poller.
+pub(crate) struct SpinConn {
+    pub(crate) sock: mio::net::TcpStream,
+    ctx: Arc<SpinContext>,
+    link: LinkEnd,
+    /// `link.done` as last seen.
+    done_seen: u64,
+    /// A request the hub queue had no room for, sent before anything else.
+    stalled: Option<ToHub>,
+    rbuf: Vec<u8>,
+    rstart: usize,
+    rend: usize,
+    out: BytesMut,
+    out_pos: usize,
+    patterns: HashSet<String>,
+    authenticated: bool,
+    idle: Option<Duration>,
+    frame_timeout: Option<Duration>,
+    last_active: Instant,
+    partial_since: Option<Instant>,
+    state: State,
+}
+
+impl SpinConn {
+    pub(crate) fn new(
+        sock: mio::net::TcpStream,
+        ctx: Arc<SpinContext>,
+        link: LinkEnd,
+        idle: Option<Duration>,
+        frame_timeout: Option<Duration>,
+    ) -> Self {
+        SpinConn {
+            sock,
+            authenticated: !ctx.tokens.required(),
+            ctx,
+            link,
+            done_seen: 0,
+            stalled: None,
+            rbuf: vec![0; READ_BUFFER_BYTES],
+            rstart: 0,
+            rend: 0,
+            out: BytesMut::with_capacity(WRITE_BUFFER_BYTES),
+            out_pos: 0,
+            patterns: HashSet::new(),
+            idle,
+            frame_timeout,
+            last_active: Instant::now(),
+            partial_since: None,
+            state: State::Open,
+        }
+    }
+
+    /// True once the connection is finished and can be dropped.
+    pub(crate) fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    /// The server is stopping: say so (ERROR 8) after what is pending, and
+    /// close.
+    pub(crate) fn shut_down(&mut self) {
+        if self.state == State::Open {
+            self.take_answers();
+            codec::encode_error(
+                ErrorCode::ShuttingDown,
+                "the server is shutting down",
+                &mut self.out,
+            );
+            self.state = State::Closing { linger: false };
+        }
+    }
+
+    /// The earliest time a timeout of this connection may fire, for the
+    /// poller's park.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        match self.state {
+            State::Open => match self.partial_since {
+                Some(since) => self.frame_timeout.map(|t| since + t),
+                None => self.idle.map(|t| self.last_active + t),
+            },
+            State::Lingering { until, .. } => Some(until),
+            State::Closing { .. } | State::Done => None,
+        }
+    }
+
+    /// True when the hub task has queued something for this connection.
+    pub(crate) fn has_answers(&self) -> bool {
+        !self.link.from_hub.is_empty()
+    }
+
+    /// True when a request waits for room in the hub queue.
+    pub(crate) fn is_stalled(&self) -> bool {
+        self.stalled.is_some()
+    }
+
+    /// One pass: take the hub's answers, read until `WouldBlock` and act on
+    /// every complete frame, write, check the timeouts. Returns whether
+    /// anything was read.
+    pub(crate) fn poll(&mut self, now: Instant, counts: &mut PassCounts) -> bool {
+        if self.link.sent != self.done_seen || self.has_answers() {
+            self.take_answers();
+        }
+        let mut read_any = false;
+        match self.state {
+            State::Open => {
+                if self.resend_stalled() {
+                    read_any = self.read_frames(counts);
+                }
+            }
+            State::Lingering { until, discarded } => self.linger(now, until, discarded, counts),
+            State::Closing { .. } | State::Done => {}
+        }
+        self.flush(counts);
+        if let State::Closing { linger } = self.state {
+            if self.out_pos == self.out.len() {
+                let _ = self.sock.shutdown(Shutdown::Write);
+                self.state = if linger {
+                    let wait = match self.idle {
+                        Some(idle) => LINGER.min(idle / 2),
+                        None => LINGER,
+                    };
+                    State::Lingering {
+                        until: now + wait,
+                        discarded: 0,
+                    }
+                } else {
+                    State::Done
+                };
+            }
+        }
+        if read_any {
+            self.last_active = now;
+        } else if self.state == State::Open {
+            self.check_timeouts(now);
+        }
+        read_any
+    }
+
+    /// Moves the hub task's answers into the write buffer.
+    fn take_answers(&mut self) {
+        // Loaded before draining: every answer of a completed request is
+        // queued before the count moves (hub_link.rs).
+        self.done_seen = self.link.done.load(Ordering::Acquire);
+        loop {
+            match self.link.from_hub.try_recv() {
+                Ok(FromHub::Frames(b)) => self.out.extend_from_slice(&b),
+                Ok(FromHub::Close(b)) => {
+                    if self.state == State::Open {
+                        self.out.extend_from_slice(&b);
+                        self.state = State::Closing { linger: false };
+                    }
+                }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    // The hub task is gone (it only ends with the link).
+                    if self.state == State::Open {
+                        self.state = State::Closing { linger: false };
+                    }
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Sends the stalled request, if any; false while the queue is full.
+    fn resend_stalled(&mut self) -> bool {
+        match self.stalled.take() {
+            None => true,
+            Some(req) => match self.send_to_hub(req) {
+                Ok(()) => true,
+                Err(()) => false,
+            },
+        }
+    }
+
+    /// Queues a request for the hub task; `Err` (and the request kept as
+    /// stalled) when the queue is full.
+    fn send_to_hub(&mut self, req: ToHub) -> Result<(), ()> {
+        match self.link.to_hub.try_send(req) {
+            Ok(()) => {
+                self.link.sent += 1;
+                Ok(())
+            }
+            Err(TrySendError::Full(req)) => {
+                self.stalled = Some(req);
+                Err(())
+            }
+            Err(TrySendError::Closed(_)) => {
+                self.state = State::Closing { linger: false };
+                Err(())
+            }
+        }
+    }
+
+    /// Reads until the socket would block, acting on every complete frame.
+    fn read_frames(&mut self, counts: &mut PassCounts) -> bool {
+        let mut read_any = false;
+        loop {
+            // Act on what is buffered first: it may free room to read into.
+            if self.process(counts).is_err() || self.state != State::Open || self.stalled.is_some()
+            {
+                return read_any;
+            }
+            if self.rend == self.rbuf.len() {
+                if self.rstart == 0 {
+                    // Full of one frame still incomplete: `process` grew the
+                    // buffer to fit it, so this only happens mid-growth.
+                    return read_any;
+                }
+                self.compact();
+            }
+            match self.sock.read(&mut self.rbuf[self.rend..]) {
+                Ok(0) => {
+                    if self.rstart == self.rend {
+                        self.state = State::Closing { linger: false };
+                    } else {
+                        let e = DecodeError::EndedMidFrame {
+                            received: self.rend - self.rstart,
+                        };
+                        let _ = self.protocol_error(&e);
+                    }
+                    return read_any;
+                }
+                Ok(n) => {
+                    self.rend += n;
+                    counts.bytes_in += n;
+                    read_any = true;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return read_any,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::debug!("wire: read failed: {e}");
+                    self.state = State::Done;
+                    return read_any;
+                }
+            }
+        }
+    }
+
+    /// Moves the unread bytes to the front of the read buffer.
+    fn compact(&mut self) {
+        self.rbuf.copy_within(self.rstart..self.rend, 0);
+        self.rend -= self.rstart;
+        self.rstart = 0;
+    }
+
+    /// Acts on every complete frame in the read buffer.
+    fn process(&mut self, counts: &mut PassCounts) -> Result<(), Fatal> {
+        let max_frame = self.ctx.config.max_frame;
+        let had_partial = self.rstart != self.rend;
+        let mut consumed_any = false;
+        loop {
+            let avail = &self.rbuf[self.rstart..self.rend];
+            let (ty, len) = match codec::peek_header(avail, max_frame) {
+                Ok(Some(h)) => h,
+                Ok(None) => break,
+                Err(e) => return Err(self.protocol_error(&e)),
+            };
+            if !self.authenticated && ty != FrameType::Auth {
+                let text = format!(
+                    "authentication required: the first frame must be AUTH with a token, not {}",
+                    ty.name()
+                );
+                return Err(self.unauthorized(&text));
+            }
+            let total = 4 + len;
+            if avail.len() < total {
+                self.make_room_for(total);
+                break;
+            }
+            let body = self.rstart + FRAME_HEADER..self.rstart + total;
+            if ty == FrameType::Echo && body.len() >= Echo::HEADER_LEN {
+                // The hot path, straight from the buffer: no decode, no
+                // allocation.
+                counts.frames_in += 1;
+                let options = i32::from_le_bytes(
+                    self.rbuf[body.start..body.start + 4]
+                        .try_into()
+                        .unwrap_or_default(),
+                );
+                if options == Echo::RESPOND {
+                    self.reply_echo(body.start)?;
+                }
+            } else {
+                if ty == FrameType::Publish {
+                    // The budget must be had before the frame is consumed.
+                    let Some(permit) = self.ctx.hub.budget().try_acquire(total) else {
+                        break;
+                    };
+                    let frame = codec::decode_body(ty, Bytes::copy_from_slice(&self.rbuf[body]));
+                    counts.frames_in += 1;
+                    self.rstart += total;
+                    consumed_any = true;
+                    match frame {
+                        Ok(Frame::Publish(mut msg)) => {
+                            if msg.timestamp_ns == 0 {
+                                msg.timestamp_ns = now_ns();
+                            }
+                            if self.send_to_hub(ToHub::Publish(msg, permit)).is_err() {
+                                break;
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(e) => return Err(self.protocol_error(&e)),
+                    }
+                    continue;
+                }
+                let frame = codec::decode_body(ty, Bytes::copy_from_slice(&self.rbuf[body]));
+                counts.frames_in += 1;
+                self.rstart += total;
+                consumed_any = true;
+                match frame {
+                    Ok(f) => self.handle(f)?,
+                    Err(e) => return Err(self.protocol_error(&e)),
+                }
+                if self.stalled.is_some() || self.state != State::Open {
+                    break;
+                }
+                continue;
+            }
+            self.rstart += total;
+            consumed_any = true;
+        }
+        if self.rstart == self.rend {
+            self.rstart = 0;
+            self.rend = 0;
+            self.partial_since = None;
+            if self.rbuf.len() > READ_BUFFER_BYTES {
+                // A large frame is over: back to the usual size.
+                self.rbuf.truncate(READ_BUFFER_BYTES);
+                self.rbuf.shrink_to_fit();
+            }
+        } else if consumed_any || !had_partial || self.partial_since.is_none() {
+            // What is left starts the next frame; its clock starts now.
+            self.partial_since = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    /// Makes the read buffer able to hold a frame of `total` bytes.
+    fn make_room_for(&mut self, total: usize) {
+        if self.rbuf.len() - self.rstart < total {
+            self.compact();
+            if self.rbuf.len() < total {
+                self.rbuf.resize(total, 0);
+            }
+        }
+    }
+
+    /// Appends the reply to the ECHO whose body starts at `body`.
+    fn reply_echo(&mut self, body: usize) -> Result<(), Fatal> {
+        let header = (Echo::HEADER_LEN as u32 + 1).to_le_bytes();
+        if self.direct() {
+            if self.out.len() - self.out_pos + ECHO_REPLY_LEN > self.ctx.config.max_outbound_bytes {
+                return Err(self.overflowed());
+            }
+            self.out.extend_from_slice(&header);
+            self.out.extend_from_slice(&[FrameType::Echo as u8]);
+            self.out
+                .extend_from_slice(&self.rbuf[body..body + Echo::HEADER_LEN]);
+            Ok(())
+        } else {
+            let mut b = BytesMut::with_capacity(ECHO_REPLY_LEN);
+            b.extend_from_slice(&header);
+            b.extend_from_slice(&[FrameType::Echo as u8]);
+            b.extend_from_slice(&self.rbuf[body..body + Echo::HEADER_LEN]);
+            let _ = self.send_to_hub(ToHub::Reply(b.freeze()));
+            Ok(())
+        }
+    }
+
+    /// True when a reply may be written directly (the ordering rule of
+    /// `hub_link::LinkEnd`).
+    fn direct(&mut self) -> bool {
+        if self.link.sent == self.done_seen {
+            return true;
+        }
+        self.take_answers();
+        self.link.sent == self.done_seen
+    }
+
+    /// Appends a reply encoded by `encode`, in order behind any hub work.
+    fn reply(&mut self, encode: impl FnOnce(&mut BytesMut)) -> Result<(), Fatal> {
+        if self.direct() {
+            if self.out.len() - self.out_pos >= self.ctx.config.max_outbound_bytes {
+                return Err(self.overflowed());
+            }
+            encode(&mut self.out);
+        } else {
+            let mut b = BytesMut::new();
+            encode(&mut b);
+            let _ = self.send_to_hub(ToHub::Reply(b.freeze()));
+        }
+        Ok(())
+    }
+
+    /// Acts on one decoded frame other than an ECHO or a PUBLISH.
+    fn handle(&mut self, frame: Frame) -> Result<(), Fatal> {
+        match frame {
+            Frame::Echo(e) => {
+                if e.wants_reply() {
+                    self.reply(|b| {
+                        let _ =
+                            codec::encode_echo(e.options, e.send_time_ns, e.correlation_id, &[], b);
+                    })?;
+                }
+                Ok(())
+            }
+            Frame::Publish(_) => Ok(()), // handled in `process`
+            Frame::Subscribe(p) => self.subscribe(p),
+            Frame::Unsubscribe(p) => {
+                if self.patterns.remove(&p) {
+                    let _ = self.send_to_hub(ToHub::Unsubscribe(p));
+                }
+                Ok(())
+            }
+            Frame::Ping(token) => self.reply(|b| codec::encode_token(FrameType::Pong, token, b)),
+            Frame::Auth(token) => self.authenticate(&token),
+            Frame::Message(_) | Frame::Pong(_) | Frame::Error(_) | Frame::AuthOk => {
+                let name = frame.frame_type().name();
+                let text = format!("{name} frames are sent by the server only");
+                Err(self.fatal(ErrorCode::MalformedFrame, "malformed_frame", &text, true))
+            }
+        }
+    }
+
+    fn subscribe(&mut self, pattern: String) -> Result<(), Fatal> {
+        if let Err(e) = Pattern::parse(&pattern) {
+            return self.request_error(ErrorCode::BadTopic, "bad_topic", &e.to_string());
+        }
+        if self.patterns.contains(&pattern) {
+            return Ok(());
+        }
+        let max = self.ctx.config.max_subscriptions;
+        if self.patterns.len() >= max {
+            let text =
+                format!("subscription to {pattern:?} refused: the limit is {max} per connection");
+            return self.request_error(
+                ErrorCode::TooManySubscriptions,
+                "too_many_subscriptions",
+                &text,
+            );
+        }
+        self.patterns.insert(pattern.clone());
+        let _ = self.send_to_hub(ToHub::Subscribe(pattern));
+        Ok(())
+    }
+
+    fn authenticate(&mut self, token: &AuthToken) -> Result<(), Fatal> {
+        let tokens = &self.ctx.tokens;
+        if tokens.required() && !tokens.verify(token.as_bytes()) {
+            return Err(self.unauthorized("AUTH refused: the token is not one of [wire] tokens"));
+        }
+        self.authenticated = true;
+        self.reply(codec::encode_auth_ok)
+    }
+
+    fn unauthorized(&mut self, text: &str) -> Fatal {
+        tracing::info!("wire: {text}; closing the connection");
+        self.fatal(ErrorCode::Unauthorized, "auth_failed", text, true)
+    }
+
+    fn protocol_error(&mut self, e: &DecodeError) -> Fatal {
+        tracing::debug!("wire: closing connection: {e}");
+        self.fatal(e.code(), e.kind(), &e.to_string(), true)
+    }
+
+    fn request_error(&mut self, code: ErrorCode, kind: &str, text: &str) -> Result<(), Fatal> {
+        self.ctx.metrics.error(kind);
+        self.reply(|b| codec::encode_error(code, text, b))
+    }
+
+    fn overflowed(&mut self) -> Fatal {
+        let text = format!(
+            "more than {} bytes of replies are waiting: the client is not reading",
+            self.ctx.config.max_outbound_bytes
+        );
+        self.fatal(
+            ErrorCode::OutboundOverflow,
+            "outbound_overflow",
+            &text,
+            true,
+        )
+    }
+
+    /// Counts the error, queues the last ERROR (after everything already
+    /// queued, hub answers included) and starts closing.
+    fn fatal(&mut self, code: ErrorCode, kind: &str, text: &str, linger: bool) -> Fatal {
+        self.ctx.metrics.error(kind);
+        self.close_with_error(code, text, linger);
+        Fatal
+    }
+
+    fn close_with_error(&mut self, code: ErrorCode, text: &str, linger: bool) {
+        if self.state != State::Open {
+            return;
+        }
+        // Answers the hub task still owes are dropped with the connection,
+        // as the default mode's writer drops what it never took.
+        self.take_answers();
+        codec::encode_error(code, text, &mut self.out);
+        self.state = State::Closing { linger };
+    }
+
+    /// Writes what the write buffer holds, until the socket would block.
+    fn flush(&mut self, counts: &mut PassCounts) {
+        while self.out_pos < self.out.len() {
+            match self.sock.write(&self.out[self.out_pos..]) {
+                Ok(0) => {
+                    self.state = State::Done;
+                    return;
+                }
+                Ok(n) => {
+                    self.out_pos += n;
+                    counts.bytes_out += n;
+                    self.last_active = Instant::now();
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::debug!("wire: write failed: {e}");
+                    self.state = State::Done;
+                    return;
+                }
+            }
+        }
+        self.out.clear();
+        self.out_pos = 0;
+        if self.out.capacity() > self.ctx.config.max_outbound_bytes.max(WRITE_BUFFER_BYTES) {
+            self.out = BytesMut::with_capacity(WRITE_BUFFER_BYTES);
+        }
+    }
+
+    /// Reads and discards input after a fatal ERROR, until end of stream,
+    /// the deadline or [`LINGER_BYTES`].
+    fn linger(
+        &mut self,
+        now: Instant,
+        until: Instant,
+        mut discarded: usize,
+        counts: &mut PassCounts,
+    ) {
+        if now >= until {
+            self.state = State::Done;
+            return;
+        }
+        loop {
+            match self.sock.read(&mut self.rbuf[..]) {
+                Ok(0) => {
+                    self.state = State::Done;
+                    return;
+                }
+                Ok(n) => {
+                    counts.bytes_in += n;
+                    discarded += n;
+                    if discarded >= LINGER_BYTES {
+                        self.state = State::Done;
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.state = State::Done;
+                    return;
+                }
+            }
+        }
+        self.state = State::Lingering { until, discarded };
+    }
+
+    /// The idle and partial-frame timeouts of the listener core.
+    fn check_timeouts(&mut self, now: Instant) {
+        match self.partial_since {
+            Some(since) => {
+                if let Some(limit) = self.frame_timeout {
+                    if now.duration_since(since) >= limit {
+                        let text = format!("partial frame not completed within {limit:?}: closed");
+                        tracing::debug!("wire: closing connection: {text}");
+                        self.fatal(ErrorCode::TimedOut, "read_timeout", &text, true);
+                    }
+                }
+            }
+            None => {
+                if let Some(limit) = self.idle {
+                    if now.duration_since(self.last_active) >= limit {
+                        let text = format!("idle for {limit:?}: closed");
+                        tracing::debug!("wire: closing connection: {text}");
+                        // An idle client has nothing in flight to drain.
+                        self.fatal(ErrorCode::TimedOut, "idle_timeout", &text, false);
+                    }
+                }
+            }
+        }
+    }
+}
