@@ -8,20 +8,56 @@
 //! is what keeps the whole process's memory bounded whatever clients send —
 //! a per-connection limit alone does not, because connections are many.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use prometheus_client::metrics::gauge::Gauge;
-use tokio::sync::Semaphore;
+use tokio::sync::Notify;
 
 /// Default budget when nothing sizes it (the binary sizes it from the
 /// machine's memory).
 pub const DEFAULT_INFLIGHT_BYTES: usize = 1 << 30;
 
+/// The free bytes are one atomic counter rather than a semaphore: every
+/// read of every connection takes and gives back bytes, and a semaphore
+/// takes a lock to give them back. Waiters are woken only when someone
+/// waits, and re-check the counter themselves (no FIFO order: a waiter that
+/// loses a race waits again, bounded by its connection's read deadline).
 #[derive(Debug)]
 struct BudgetInner {
-    bytes: Semaphore,
+    free: AtomicUsize,
+    waiters: AtomicUsize,
+    freed: Notify,
     total: usize,
     in_use: Gauge,
+}
+
+impl BudgetInner {
+    fn try_take(&self, want: usize) -> bool {
+        let mut free = self.free.load(Ordering::Acquire);
+        loop {
+            if free < want {
+                return false;
+            }
+            match self.free.compare_exchange_weak(
+                free,
+                free - want,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(now) => free = now,
+            }
+        }
+    }
+
+    fn give_back(&self, bytes: usize) {
+        self.in_use.dec_by(bytes as i64);
+        self.free.fetch_add(bytes, Ordering::AcqRel);
+        if self.waiters.load(Ordering::Acquire) > 0 {
+            self.freed.notify_waiters();
+        }
+    }
 }
 
 /// A shared pool of bytes that readers draw from. Cheap to clone.
@@ -37,12 +73,14 @@ impl Default for InflightBudget {
 }
 
 impl InflightBudget {
-    /// A budget of `total` bytes (at least 1, at most what a semaphore holds).
+    /// A budget of `total` bytes (at least 1).
     pub fn new(total: usize) -> Self {
-        let total = total.clamp(1, Semaphore::MAX_PERMITS);
+        let total = total.max(1);
         InflightBudget {
             inner: Arc::new(BudgetInner {
-                bytes: Semaphore::new(total),
+                free: AtomicUsize::new(total),
+                waiters: AtomicUsize::new(0),
+                freed: Notify::new(),
                 total,
                 in_use: Gauge::default(),
             }),
@@ -56,7 +94,7 @@ impl InflightBudget {
 
     /// Bytes currently held by permits.
     pub fn in_use(&self) -> usize {
-        self.inner.total - self.inner.bytes.available_permits()
+        self.inner.total - self.inner.free.load(Ordering::Acquire)
     }
 
     /// A gauge of [`InflightBudget::in_use`], for `/metrics`.
@@ -69,28 +107,36 @@ impl InflightBudget {
     /// otherwise); callers bound their requests by their own frame limits.
     pub async fn acquire(&self, bytes: usize) -> BudgetPermit {
         let want = bytes.min(self.inner.total);
-        let mut got = 0;
-        // `acquire_many` takes a u32; a bigger request is taken in pieces.
-        while got < want {
-            let step = (want - got).min(u32::MAX as usize) as u32;
-            // The semaphore is never closed, so the error case cannot happen.
-            if let Ok(p) = self.inner.bytes.acquire_many(step).await {
-                p.forget();
-            }
-            got += step as usize;
+        if self.inner.try_take(want) {
+            return self.permit(want);
         }
-        self.permit(want)
+        self.inner.waiters.fetch_add(1, Ordering::AcqRel);
+        // Decrements the waiter count however this future ends (it may be
+        // dropped by a timeout).
+        struct Waiting<'a>(&'a AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        let _waiting = Waiting(&self.inner.waiters);
+        loop {
+            let freed = self.inner.freed.notified();
+            tokio::pin!(freed);
+            // Registered before the re-check, so a give-back in between
+            // is not missed.
+            freed.as_mut().enable();
+            if self.inner.try_take(want) {
+                return self.permit(want);
+            }
+            freed.await;
+        }
     }
 
     /// Takes `bytes` if they are free now.
     pub fn try_acquire(&self, bytes: usize) -> Option<BudgetPermit> {
         let want = bytes.min(self.inner.total);
-        if want > u32::MAX as usize {
-            return None;
-        }
-        let p = self.inner.bytes.try_acquire_many(want as u32).ok()?;
-        p.forget();
-        Some(self.permit(want))
+        self.inner.try_take(want).then(|| self.permit(want))
     }
 
     /// A permit holding nothing, to [`BudgetPermit::merge`] into.
@@ -169,8 +215,7 @@ impl Drop for BudgetPermit {
     fn drop(&mut self) {
         if let Some(b) = &self.budget {
             if self.bytes > 0 {
-                b.in_use.dec_by(self.bytes as i64);
-                b.bytes.add_permits(self.bytes);
+                b.give_back(self.bytes);
             }
         }
     }
@@ -204,6 +249,31 @@ mod tests {
         assert!(!waiter.is_finished());
         drop(held);
         assert_eq!(waiter.await.unwrap(), 5);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn many_waiters_on_a_small_budget_all_get_through_and_give_everything_back() {
+        let b = InflightBudget::new(1_000);
+        let mut tasks = Vec::new();
+        for i in 0..64 {
+            let b = b.clone();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..200 {
+                    let p = b.acquire(300 + i).await;
+                    assert!(b.in_use() <= b.total());
+                    tokio::task::yield_now().await;
+                    drop(p);
+                }
+            }));
+        }
+        for t in tasks {
+            tokio::time::timeout(std::time::Duration::from_secs(30), t)
+                .await
+                .expect("a waiter was never woken")
+                .unwrap();
+        }
+        assert_eq!(b.in_use(), 0);
+        assert_eq!(b.in_use_gauge().get(), 0);
     }
 
     #[tokio::test]
