@@ -501,9 +501,11 @@ mod tests {
         };
         assert_eq!(got, (p, n));
         assert_eq!(held.held(), n, "every byte of the packet is held");
-        assert!(budget.in_use() >= n);
+        let in_use = budget.in_use();
+        assert!(in_use >= n);
         drop(held);
-        assert!(budget.in_use() < 64 << 10, "{} in use", budget.in_use());
+        // What remains is the listener core's own hold on its read buffer.
+        assert_eq!(budget.in_use(), in_use - n);
     }
 
     #[tokio::test]
