@@ -58,14 +58,12 @@ pub fn wire(max_frame: usize) -> anyhow::Result<StalledFrame> {
     Ok(split(&out, FRAME_HEADER + fixed - 1, max_frame as u64))
 }
 
-/// A PackedForward message `[tag, str32 entries]` of `max_chunk - 1` bytes
-/// in all, the largest the listener's decoder waits for under its
-/// `max_chunk_bytes` (its scanner counts the value being read as one more
-/// byte still to come, so a message of exactly `max_chunk` bytes is refused
-/// as soon as its header is in): head = array, tag and the str32 header
-/// announcing the entries; the entries follow.
+/// A PackedForward message `[tag, str32 entries]` of exactly `max_chunk`
+/// bytes in all, the largest the listener's decoder waits for under its
+/// `max_chunk_bytes`: head = array, tag and the str32 header announcing the
+/// entries; the entries follow.
 pub fn forward(max_chunk: usize) -> anyhow::Result<StalledFrame> {
-    let total = max_chunk.saturating_sub(1);
+    let total = max_chunk;
     let no_option = MessageOption::default();
     let mut head = Vec::new();
     write_packed_forward(&mut head, TOPIC, &[], EntriesWrap::Str32, &no_option);
