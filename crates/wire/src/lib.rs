@@ -16,6 +16,7 @@
 //! - `mode = "low_latency"`: `low_latency` (hand-over from the listener
 //!   core), `spin_poller` (the busy-polling thread), `spin_conn` (one
 //!   connection on it), `hub_link` (its bounded queues to the hub);
+//!   [`pin`]: pinning a thread to a CPU;
 //! - [`client`]: an async client (tests, bench), plain or TLS, with a token;
 //! - [`sockperf_header`]: the sockperf header and echo rule (pure);
 //!   [`sockperf`]: the `[sockperf]` listener;
@@ -32,6 +33,7 @@ pub mod frame;
 mod hub_link;
 mod low_latency;
 mod outbound;
+pub mod pin;
 mod reader;
 pub mod server;
 pub mod sockperf;

@@ -141,17 +141,15 @@ impl LowLatency {
     }
 }
 
-/// Pins the calling thread to `cpu`; a CPU that does not exist is logged
-/// and ignored (the thread runs unpinned).
+/// Pins the poller to `cpu`; a CPU that does not exist is logged and
+/// ignored (the thread runs unpinned).
 fn pin_to(cpu: usize) {
-    let ids = core_affinity::get_core_ids().unwrap_or_default();
-    match ids.into_iter().find(|c| c.id == cpu) {
-        Some(id) if core_affinity::set_for_current(id) => {
-            tracing::info!(cpu, "wire low-latency poller pinned");
-        }
-        _ => tracing::warn!(
+    if crate::pin::pin_current_thread(cpu) {
+        tracing::info!(cpu, "wire low-latency poller pinned");
+    } else {
+        tracing::warn!(
             cpu,
-            "wire: [wire] cpu: cannot pin the poller to this CPU; running unpinned"
-        ),
+            "[wire] cpu: cannot pin the poller to this CPU; running unpinned"
+        );
     }
 }

@@ -10,6 +10,10 @@
 //! report is the seed's table ("~one way" = RTT / 2, and round trip) plus the
 //! common JSON object.
 //!
+//! With `--busy-poll` one thread does both (`busy`), as AsyncTCP's client
+//! does: it never sleeps, writes what is due and reads what has arrived on
+//! a non-blocking socket in one loop. `--cpu N` pins the client thread(s).
+//!
 //! The measured window is the schedule's span after the warm-up: from the due
 //! time of the first message whose reply is measured to one interval after
 //! the last message. Within it, the offered rate counts messages due, the
@@ -62,6 +66,13 @@ pub struct EchoArgs {
     /// message due by then in one write.
     #[arg(long, default_value_t = 20)]
     pub tick_us: u64,
+    /// Busy-poll like AsyncTCP's client: one thread sends when due and reads
+    /// replies on a non-blocking socket, never sleeping (costs a core).
+    #[arg(long)]
+    pub busy_poll: bool,
+    /// Pin the client thread(s) to this CPU.
+    #[arg(long)]
+    pub cpu: Option<usize>,
     /// Also run the same-run anchor: stock `sockperf under-load` (same rate,
     /// reply ratio and message size) against stock `sockperf server`.
     #[arg(long)]
@@ -83,7 +94,14 @@ pub async fn run(args: &EchoArgs) -> anyhow::Result<()> {
     let addr = target.addr(|a| a.wire);
     let params = args.clone();
     let client_sampler = Sampler::start(std::process::id(), Duration::from_secs(1));
-    let outcome = tokio::task::spawn_blocking(move || drive(addr, &params)).await?;
+    let outcome = tokio::task::spawn_blocking(move || {
+        if params.busy_poll {
+            busy::drive(addr, &params)
+        } else {
+            drive(addr, &params)
+        }
+    })
+    .await?;
     let client = client_sampler.finish();
     let server = tokio::task::spawn_blocking(move || target.finish()).await?;
     let outcome = outcome?;
@@ -104,6 +122,8 @@ pub async fn run(args: &EchoArgs) -> anyhow::Result<()> {
             "respond_every": args.respond_every,
             "extra_bytes": args.extra_bytes,
             "tick_us": args.tick_us,
+            "busy_poll": args.busy_poll,
+            "cpu": args.cpu,
             "target": addr.to_string(),
         }),
     );
@@ -226,7 +246,9 @@ fn drive(addr: SocketAddr, args: &EchoArgs) -> anyhow::Result<Outcome> {
         .spawn({
             let (progress, done) = (progress.clone(), sender_done.clone());
             let warmup = args.warmup;
+            let cpu = args.cpu;
             move || {
+                pin(cpu);
                 receive(
                     reader,
                     start,
@@ -238,6 +260,7 @@ fn drive(addr: SocketAddr, args: &EchoArgs) -> anyhow::Result<Outcome> {
                 )
             }
         })?;
+    pin(args.cpu);
     let sent = send(stream, start, args, window.to, &progress);
     sender_done.store(true, Ordering::Release);
     let received = receiver
@@ -343,6 +366,96 @@ struct Received {
     rtt: LatencyRecorder,
 }
 
+/// Pins the calling thread when `--cpu` is set (a warning otherwise).
+fn pin(cpu: Option<usize>) {
+    if let Some(cpu) = cpu {
+        if !tidegate_wire::pin::pin_current_thread(cpu) {
+            tracing::warn!(cpu, "--cpu: cannot pin the client thread; running unpinned");
+        }
+    }
+}
+
+/// Decodes replies and records their round trips (both client shapes).
+struct ReplyTally {
+    start: Instant,
+    warmup: u64,
+    window_end: Duration,
+    buf: BytesMut,
+    rtt: LatencyRecorder,
+    replies: u64,
+    server_errors: u64,
+    confirmed_in_window: u64,
+    first_measured: Option<i64>,
+    last_receive: Duration,
+}
+
+impl ReplyTally {
+    fn new(start: Instant, warmup: u64, window_end: Duration) -> Self {
+        ReplyTally {
+            start,
+            warmup,
+            window_end,
+            buf: BytesMut::with_capacity(64 * 1024),
+            rtt: LatencyRecorder::default(),
+            replies: 0,
+            server_errors: 0,
+            confirmed_in_window: 0,
+            first_measured: None,
+            last_receive: Duration::ZERO,
+        }
+    }
+
+    /// Takes bytes just read (at one receive time) and records every
+    /// complete reply.
+    fn on_bytes(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+        let now = self.start.elapsed();
+        self.buf.extend_from_slice(bytes);
+        while let Some(frame) =
+            decode_frame(&mut self.buf, MAX_REPLY_FRAME).context("decoding a reply")?
+        {
+            match frame {
+                Frame::Echo(e) => {
+                    self.replies += 1;
+                    if now <= self.window_end {
+                        self.confirmed_in_window = self
+                            .confirmed_in_window
+                            .max(e.correlation_id.max(-1) as u64 + 1);
+                    }
+                    if self.replies > self.warmup {
+                        let rtt_ns = now.as_nanos() as i64 - e.send_time_ns;
+                        self.rtt.record_ns(rtt_ns.max(1) as u64);
+                        self.first_measured.get_or_insert(e.send_time_ns);
+                        self.last_receive = now;
+                    }
+                }
+                Frame::Error(e) => {
+                    self.server_errors += 1;
+                    tracing::warn!("server error {:?}: {}", e.code, e.message);
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Received {
+        let measured_span = self
+            .first_measured
+            .map(|t| {
+                self.last_receive
+                    .saturating_sub(Duration::from_nanos(t.max(0) as u64))
+            })
+            .unwrap_or_default();
+        Received {
+            replies: self.replies,
+            confirmed_in_window: self.confirmed_in_window,
+            server_errors: self.server_errors,
+            measured_span,
+            rtt: self.rtt,
+        }
+    }
+}
+
 /// Reads replies until all are in, or `DRAIN_TIMEOUT` after the sender
 /// finished.
 fn receive(
@@ -355,15 +468,10 @@ fn receive(
     sender_done: &AtomicBool,
 ) -> anyhow::Result<Received> {
     s.set_read_timeout(Some(Duration::from_millis(100)))?;
-    let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];
-    let mut rtt = LatencyRecorder::default();
-    let (mut replies, mut server_errors) = (0u64, 0u64);
-    let mut confirmed_in_window = 0u64;
-    let mut first_measured: Option<i64> = None;
-    let mut last_receive = Duration::ZERO;
+    let mut tally = ReplyTally::new(start, warmup, window_end);
     let mut done_at: Option<Instant> = None;
-    while replies < expected {
+    while tally.replies < expected {
         let n = match s.read(&mut chunk) {
             Ok(0) => break,
             Ok(n) => n,
@@ -383,44 +491,129 @@ fn receive(
             }
             Err(e) => return Err(e).context("reading echo replies"),
         };
-        let now = start.elapsed();
-        buf.extend_from_slice(&chunk[..n]);
-        while let Some(frame) =
-            decode_frame(&mut buf, MAX_REPLY_FRAME).context("decoding a reply")?
-        {
-            match frame {
-                Frame::Echo(e) => {
-                    replies += 1;
-                    if now <= window_end {
-                        confirmed_in_window =
-                            confirmed_in_window.max(e.correlation_id.max(-1) as u64 + 1);
-                    }
-                    if replies > warmup {
-                        let rtt_ns = now.as_nanos() as i64 - e.send_time_ns;
-                        rtt.record_ns(rtt_ns.max(1) as u64);
-                        first_measured.get_or_insert(e.send_time_ns);
-                        last_receive = now;
-                    }
+        tally.on_bytes(&chunk[..n])?;
+        progress.received.store(tally.replies, Ordering::Relaxed);
+    }
+    Ok(tally.finish())
+}
+
+/// `--busy-poll`: one thread, never sleeping, sends what is due and reads
+/// what arrived on a non-blocking socket (AsyncTCP's client shape).
+mod busy {
+    use super::*;
+
+    /// How often (loop passes) the shared progress counters are updated.
+    const PROGRESS_EVERY: u32 = 4096;
+
+    /// Connects and runs the loop to completion.
+    pub(super) fn drive(addr: SocketAddr, args: &EchoArgs) -> anyhow::Result<Outcome> {
+        pin(args.cpu);
+        let mut s = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
+        s.set_nodelay(true)?;
+        s.set_nonblocking(true)?;
+        let progress = Progress::start("echo");
+        let start = Instant::now();
+        let expected_replies = args.messages.div_ceil(args.respond_every);
+        let window = EchoWindow::of(args);
+        let schedule = Schedule::new(start, args.rate as f64);
+        let interval_ns = 1e9 / args.rate as f64;
+        let extra = vec![0u8; args.extra_bytes];
+        let mut out = BytesMut::with_capacity(MAX_WRITE + 1024);
+        let mut out_pos = 0usize;
+        let mut chunk = vec![0u8; 64 * 1024];
+        let mut tally = ReplyTally::new(start, args.warmup, window.to);
+        let (mut n, mut sent_in_window) = (0u64, 0u64);
+        let mut max_lag = Duration::ZERO;
+        let mut send_duration = Duration::ZERO;
+        let mut done_at: Option<Instant> = None;
+        let mut pass = 0u32;
+        while tally.replies < expected_replies {
+            let now = Instant::now();
+            // Write what is due (whole frames are queued; the socket may
+            // take part of them).
+            if n < args.messages && out.len() - out_pos < MAX_WRITE {
+                let due = schedule.due_by(now).min(args.messages);
+                if n < due {
+                    max_lag = max_lag.max(now.saturating_duration_since(schedule.due(n)));
                 }
-                Frame::Error(e) => {
-                    server_errors += 1;
-                    tracing::warn!("server error {:?}: {}", e.code, e.message);
+                while n < due && out.len() - out_pos < MAX_WRITE {
+                    let options = if n.is_multiple_of(args.respond_every) {
+                        Echo::RESPOND
+                    } else {
+                        0
+                    };
+                    let send_time_ns = (n as f64 * interval_ns) as i64;
+                    encode_echo(options, send_time_ns, n as i64, &extra, &mut out)?;
+                    n += 1;
                 }
-                _ => {}
+            }
+            while out_pos < out.len() {
+                match s.write(&out[out_pos..]) {
+                    Ok(w) => out_pos += w,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e).context("sending echo frames"),
+                }
+            }
+            if out_pos == out.len() {
+                out.clear();
+                out_pos = 0;
+                // Everything up to `n` has been handed to the socket.
+                if start.elapsed() <= window.to {
+                    sent_in_window = n;
+                }
+                if n == args.messages && send_duration.is_zero() {
+                    send_duration = start.elapsed();
+                }
+            }
+            // Read what arrived, until the socket would block.
+            loop {
+                match s.read(&mut chunk) {
+                    Ok(0) => {
+                        done_at.get_or_insert_with(Instant::now);
+                        break;
+                    }
+                    Ok(r) => tally.on_bytes(&chunk[..r])?,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e).context("reading echo replies"),
+                }
+            }
+            if n == args.messages && out.is_empty() {
+                let t = *done_at.get_or_insert_with(Instant::now);
+                if t.elapsed() > DRAIN_TIMEOUT {
+                    break;
+                }
+            }
+            pass = pass.wrapping_add(1);
+            if pass.is_multiple_of(PROGRESS_EVERY) {
+                progress.sent.store(n, Ordering::Relaxed);
+                progress.received.store(tally.replies, Ordering::Relaxed);
             }
         }
-        progress.received.store(replies, Ordering::Relaxed);
+        progress.finish();
+        if send_duration.is_zero() {
+            send_duration = start.elapsed();
+        }
+        let r = tally.finish();
+        let counts = Window {
+            seconds: (window.to - window.from).as_secs_f64(),
+            due: Some(args.messages - window.first),
+            sent: sent_in_window.saturating_sub(window.first),
+            delivered: r.confirmed_in_window.saturating_sub(window.first),
+        };
+        Ok(Outcome {
+            sent: n,
+            expected_replies,
+            replies: r.replies,
+            server_errors: r.server_errors,
+            send_duration,
+            measured_span: r.measured_span,
+            max_send_lag: max_lag,
+            rtt: r.rtt,
+            window: counts,
+        })
     }
-    let measured_span = first_measured
-        .map(|t| last_receive.saturating_sub(Duration::from_nanos(t.max(0) as u64)))
-        .unwrap_or_default();
-    Ok(Received {
-        replies,
-        confirmed_in_window,
-        server_errors,
-        measured_span,
-        rtt,
-    })
 }
 
 /// The same-run anchor: stock `sockperf under-load --tcp` (the seed-002 shape:
@@ -596,12 +789,22 @@ mod anchor {
 mod tests {
     use super::*;
     use tidegate_hub::Hub;
-    use tidegate_wire::{CancellationToken, ListenerConfig, WireConfig, WireServer};
+    use tidegate_wire::{CancellationToken, ListenerConfig, WireConfig, WireMode, WireServer};
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_driver_gets_every_asked_reply_from_an_in_process_server() {
+        check_driver(WireMode::Default, false).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_busy_poll_driver_gets_every_asked_reply_from_a_low_latency_server() {
+        check_driver(WireMode::LowLatency, true).await;
+    }
+
+    async fn check_driver(mode: WireMode, busy_poll: bool) {
         let config = WireConfig {
             listener: ListenerConfig::on("127.0.0.1:0".parse().unwrap()),
+            mode,
             ..Default::default()
         };
         let server = WireServer::bind(config).unwrap();
@@ -615,16 +818,24 @@ mod tests {
             respond_every: 10,
             extra_bytes: 64,
             tick_us: 20,
+            busy_poll,
+            cpu: None,
             anchor: false,
             common: CommonArgs {
                 target: Some(addr),
                 json: true,
             },
         };
-        let o = tokio::task::spawn_blocking(move || drive(addr, &args))
-            .await
-            .unwrap()
-            .unwrap();
+        let o = tokio::task::spawn_blocking(move || {
+            if busy_poll {
+                busy::drive(addr, &args)
+            } else {
+                drive(addr, &args)
+            }
+        })
+        .await
+        .unwrap()
+        .unwrap();
         stop.cancel();
         assert_eq!(o.sent, 4_000);
         assert_eq!(o.expected_replies, 400);
