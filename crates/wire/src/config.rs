@@ -149,6 +149,14 @@ pub struct SockperfConfig {
     pub listener: ListenerConfig<11111>,
     /// Longest message accepted (header included), bytes.
     pub max_message: usize,
+    /// `default` or `low_latency`, as in `[wire]`.
+    pub mode: WireMode,
+    /// Low-latency mode: the CPU the poller thread is pinned to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<usize>,
+    /// Low-latency mode: milliseconds with nothing read before the poller
+    /// parks on epoll.
+    pub spin_idle_ms: u64,
 }
 
 impl Default for SockperfConfig {
@@ -156,6 +164,9 @@ impl Default for SockperfConfig {
         SockperfConfig {
             listener: ListenerConfig::default(),
             max_message: DEFAULT_SOCKPERF_MAX_MESSAGE,
+            mode: WireMode::Default,
+            cpu: None,
+            spin_idle_ms: DEFAULT_SPIN_IDLE_MS,
         }
     }
 }

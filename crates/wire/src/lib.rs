@@ -16,7 +16,8 @@
 //! - `mode = "low_latency"`: `low_latency` (hand-over from the listener
 //!   core), `spin_poller` (the busy-polling thread), `spin_conn` (one
 //!   connection on it), `hub_link` (its bounded queues to the hub);
-//!   [`pin`]: pinning a thread to a CPU;
+//!   `sockperf_spin` (a `[sockperf]` connection on the same kind of
+//!   thread); [`pin`]: pinning a thread to a CPU;
 //! - [`client`]: an async client (tests, bench), plain or TLS, with a token;
 //! - [`sockperf_header`]: the sockperf header and echo rule (pure);
 //!   [`sockperf`]: the `[sockperf]` listener;
@@ -38,6 +39,7 @@ mod reader;
 pub mod server;
 pub mod sockperf;
 pub mod sockperf_header;
+mod sockperf_spin;
 mod spin_conn;
 mod spin_poller;
 mod writer;

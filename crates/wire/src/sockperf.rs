@@ -8,6 +8,10 @@
 //! read buffer and the reply buffer are reused, and every reply produced by
 //! one read leaves in one write. The echo rule itself is the pure
 //! [`echo_replies`] in `sockperf_header.rs`.
+//!
+//! With `mode = "low_latency"` each plain-TCP connection is handed to a
+//! busy-polling thread instead (`sockperf_spin.rs` on `spin_poller.rs`),
+//! while its session task waits for it to close.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -19,7 +23,9 @@ use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::sockperf_header::echo_replies;
-use crate::SockperfConfig;
+use crate::sockperf_spin::SockperfSpinConn;
+use crate::spin_poller::{PollerHandle, PollerSettings};
+use crate::{SockperfConfig, WireMode};
 
 /// The listener's name: its config section and its metrics label.
 pub const SECTION: &str = "sockperf";
@@ -54,11 +60,74 @@ impl SockperfServer {
     /// every open connection.
     pub async fn run(self, hub: Hub, shutdown: CancellationToken) -> std::io::Result<()> {
         let max_message = self.config.max_message;
+        if self.config.mode == WireMode::Default {
+            return self
+                .listener
+                .run(&hub, shutdown, SHUTDOWN_DRAIN, move |conn: Connection| {
+                    echo_session(conn, max_message)
+                })
+                .await;
+        }
+        let settings = PollerSettings {
+            name: "sockperf-poller",
+            cpu: self.config.cpu,
+            spin_idle: Duration::from_millis(self.config.spin_idle_ms),
+            drain: SHUTDOWN_DRAIN,
+        };
+        let (poller, _stop) = PollerHandle::start(settings, hub.metrics().listener(SECTION))?;
         self.listener
             .run(&hub, shutdown, SHUTDOWN_DRAIN, move |conn: Connection| {
-                echo_session(conn, max_message)
+                spin_session(conn, max_message, poller.clone())
             })
             .await
+    }
+}
+
+/// Hands a plain connection to the poller and waits until it is closed
+/// (TLS stays on the tokio path).
+async fn spin_session(
+    conn: Connection,
+    max_message: usize,
+    poller: PollerHandle<SockperfSpinConn>,
+) {
+    let Connection {
+        stream,
+        peer,
+        tls,
+        inbound,
+        shutdown,
+        metrics,
+    } = conn;
+    let sock = match stream.into_std() {
+        Ok(Ok(sock)) => sock,
+        Ok(Err(e)) => {
+            tracing::debug!("sockperf: cannot hand the socket to the poller: {e}");
+            return;
+        }
+        Err(stream) => {
+            let conn = Connection {
+                stream,
+                peer,
+                tls,
+                inbound,
+                shutdown,
+                metrics,
+            };
+            return echo_session(conn, max_message).await;
+        }
+    };
+    if poller.is_stopping() {
+        return;
+    }
+    let (conn, closed) = SockperfSpinConn::new(
+        mio::net::TcpStream::from_std(sock),
+        metrics,
+        max_message,
+        inbound.idle_timeout(),
+        inbound.read_timeout(),
+    );
+    if poller.hand_over(conn) {
+        let _ = closed.await;
     }
 }
 

@@ -32,6 +32,7 @@ use crate::auth::TokenSet;
 use crate::codec::{self, DecodeError};
 use crate::frame::{AuthToken, Echo, ErrorCode, Frame, FrameType};
 use crate::hub_link::{FromHub, LinkEnd, ToHub};
+use crate::spin_poller::{PassCounts, PolledConn};
 use crate::WireConfig;
 
 /// Read buffer allocated per connection, bytes; only a frame larger than
@@ -74,18 +75,9 @@ enum State {
 /// A fatal condition: the connection is closing.
 struct Fatal;
 
-/// Per-pass counters, added to the listener's metrics once per pass rather
-/// than per frame (the counters are shared by every connection).
-#[derive(Default)]
-pub(crate) struct PassCounts {
-    pub(crate) bytes_in: usize,
-    pub(crate) bytes_out: usize,
-    pub(crate) frames_in: u64,
-}
-
 /// One connection served by the poller.
 pub(crate) struct SpinConn {
-    pub(crate) sock: mio::net::TcpStream,
+    sock: mio::net::TcpStream,
     ctx: Arc<SpinContext>,
     link: LinkEnd,
     /// `link.done` as last seen.
@@ -136,13 +128,13 @@ impl SpinConn {
     }
 
     /// True once the connection is finished and can be dropped.
-    pub(crate) fn is_done(&self) -> bool {
+    fn is_done(&self) -> bool {
         self.state == State::Done
     }
 
     /// The server is stopping: say so (ERROR 8) after what is pending, and
     /// close.
-    pub(crate) fn shut_down(&mut self) {
+    fn shut_down(&mut self) {
         if self.state == State::Open {
             self.take_answers();
             codec::encode_error(
@@ -156,7 +148,7 @@ impl SpinConn {
 
     /// The earliest time a timeout of this connection may fire, for the
     /// poller's park.
-    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+    fn next_deadline(&self) -> Option<Instant> {
         match self.state {
             State::Open => match self.partial_since {
                 Some(since) => self.frame_timeout.map(|t| since + t),
@@ -168,20 +160,20 @@ impl SpinConn {
     }
 
     /// True when the hub task has queued something for this connection.
-    pub(crate) fn has_answers(&self) -> bool {
+    fn has_answers(&self) -> bool {
         !self.link.from_hub.is_empty()
     }
 
     /// True when a request waits for room in the hub queue.
-    pub(crate) fn is_stalled(&self) -> bool {
+    fn is_stalled(&self) -> bool {
         self.stalled.is_some()
     }
 
     /// One pass: take the hub's answers, read until `WouldBlock` and act on
     /// every complete frame, write, check the timeouts. Returns whether
     /// anything was read.
-    pub(crate) fn poll(&mut self, now: Instant, counts: &mut PassCounts) -> bool {
-        if self.link.sent != self.done_seen || self.has_answers() {
+    fn poll(&mut self, now: Instant, counts: &mut PassCounts) -> bool {
+        if self.link.sent != self.done_seen || SpinConn::has_answers(self) {
             self.take_answers();
         }
         let mut read_any = false;
@@ -676,5 +668,29 @@ impl SpinConn {
                 }
             }
         }
+    }
+}
+
+impl PolledConn for SpinConn {
+    fn sock(&mut self) -> &mut mio::net::TcpStream {
+        &mut self.sock
+    }
+    fn poll(&mut self, now: Instant, counts: &mut PassCounts) -> bool {
+        SpinConn::poll(self, now, counts)
+    }
+    fn is_done(&self) -> bool {
+        SpinConn::is_done(self)
+    }
+    fn shut_down(&mut self) {
+        SpinConn::shut_down(self)
+    }
+    fn next_deadline(&self) -> Option<Instant> {
+        SpinConn::next_deadline(self)
+    }
+    fn has_answers(&self) -> bool {
+        SpinConn::has_answers(self)
+    }
+    fn is_stalled(&self) -> bool {
+        SpinConn::is_stalled(self)
     }
 }

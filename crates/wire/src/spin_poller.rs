@@ -13,17 +13,18 @@
 //! plain sockets over (`low_latency.rs`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token};
 
+use tidegate_hub::ListenerMetrics;
+
 use crate::hub_link::Wake;
-use crate::spin_conn::{PassCounts, SpinConn, SpinContext};
 
 /// The mio token of the waker (connections use their slot index).
-pub(crate) const WAKE_TOKEN: Token = Token(usize::MAX);
+const WAKE_TOKEN: Token = Token(usize::MAX);
 /// Longest park without a deadline: a safety net for a missed wake-up, not
 /// a polling period (one pass per second costs nothing measurable).
 const MAX_PARK: Duration = Duration::from_secs(1);
@@ -33,33 +34,173 @@ const EVENTS_CAPACITY: usize = 256;
 /// wakes the poller when room appears).
 const STALLED_PARK: Duration = Duration::from_millis(1);
 
+/// Per-pass counters, added to the listener's metrics once per pass rather
+/// than per frame (the counters are shared by every connection).
+#[derive(Default)]
+pub(crate) struct PassCounts {
+    pub(crate) bytes_in: usize,
+    pub(crate) bytes_out: usize,
+    pub(crate) frames_in: u64,
+}
+
+/// A connection the poller can drive: the wire session (`spin_conn.rs`) or
+/// the sockperf echo (`sockperf_spin.rs`).
+pub(crate) trait PolledConn: Send + 'static {
+    /// The socket, for (de)registration with epoll.
+    fn sock(&mut self) -> &mut mio::net::TcpStream;
+    /// One pass: read until `WouldBlock`, act, write, check timeouts.
+    /// Returns whether anything was read.
+    fn poll(&mut self, now: Instant, counts: &mut PassCounts) -> bool;
+    /// True once finished (the poller drops it, closing the socket).
+    fn is_done(&self) -> bool;
+    /// The server is stopping: flush, say so if the protocol can, close.
+    fn shut_down(&mut self);
+    /// The earliest time a timeout may fire, for the park.
+    fn next_deadline(&self) -> Option<Instant>;
+    /// True when another thread queued something for this connection.
+    fn has_answers(&self) -> bool {
+        false
+    }
+    /// True when a request waits for room in a queue nothing wakes on.
+    fn is_stalled(&self) -> bool {
+        false
+    }
+}
+
 /// A connection handed over by the listener core.
-pub(crate) struct NewConn {
-    pub(crate) conn: SpinConn,
+struct NewConn<C> {
+    conn: C,
 }
 
 /// What the listener shares with its poller thread.
-pub(crate) struct Shared {
-    pub(crate) wake: Arc<Wake>,
+struct Shared {
+    wake: Arc<Wake>,
     /// Set once the server stops accepting: close every connection.
-    pub(crate) stopping: AtomicBool,
+    stopping: AtomicBool,
 }
 
-/// The poller thread's state.
-pub(crate) struct Poller {
-    pub(crate) poll: Poll,
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) incoming: Receiver<NewConn>,
-    pub(crate) ctx: Arc<SpinContext>,
+/// The listener's handle on its running poller thread.
+pub(crate) struct PollerHandle<C> {
+    shared: Arc<Shared>,
+    /// Used at hand-over only (once per connection), never per message.
+    incoming: Sender<NewConn<C>>,
+}
+
+impl<C> Clone for PollerHandle<C> {
+    fn clone(&self) -> Self {
+        PollerHandle {
+            shared: self.shared.clone(),
+            incoming: self.incoming.clone(),
+        }
+    }
+}
+
+/// Stops the poller when the server's `run` ends, however it ends.
+pub(crate) struct StopOnDrop(Arc<Shared>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stopping.store(true, Ordering::Release);
+        self.0.wake.wake_always();
+    }
+}
+
+/// Where a poller thread runs and how it parks.
+pub(crate) struct PollerSettings {
+    /// The thread's name (`wire-poller`, `sockperf-poller`).
+    pub(crate) name: &'static str,
+    /// The CPU to pin it to, if any.
+    pub(crate) cpu: Option<usize>,
+    /// Spin this long with nothing read before parking.
     pub(crate) spin_idle: Duration,
+    /// At shutdown, how long connections get to close.
     pub(crate) drain: Duration,
 }
 
-impl Poller {
+impl<C: PolledConn> PollerHandle<C> {
+    /// Starts a poller thread; it stops when the returned guard is dropped.
+    pub(crate) fn start(
+        settings: PollerSettings,
+        metrics: ListenerMetrics,
+    ) -> std::io::Result<(Self, StopOnDrop)> {
+        let poll = Poll::new()?;
+        let waker = mio::Waker::new(poll.registry(), WAKE_TOKEN)?;
+        let shared = Arc::new(Shared {
+            wake: Arc::new(Wake::new(waker)),
+            stopping: AtomicBool::new(false),
+        });
+        let (tx, rx) = mpsc::channel();
+        let poller = Poller {
+            poll,
+            shared: shared.clone(),
+            incoming: rx,
+            metrics,
+            spin_idle: settings.spin_idle,
+            drain: settings.drain,
+        };
+        let (name, cpu) = (settings.name, settings.cpu);
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                if let Some(cpu) = cpu {
+                    if crate::pin::pin_current_thread(cpu) {
+                        tracing::info!(cpu, thread = name, "low-latency poller pinned");
+                    } else {
+                        tracing::warn!(
+                            cpu,
+                            thread = name,
+                            "cpu: cannot pin the poller to this CPU; running unpinned"
+                        );
+                    }
+                }
+                poller.run();
+            })?;
+        Ok((
+            PollerHandle {
+                shared: shared.clone(),
+                incoming: tx,
+            },
+            StopOnDrop(shared),
+        ))
+    }
+
+    /// True once the server is stopping (a new connection is not handed
+    /// over then).
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.shared.stopping.load(Ordering::Acquire)
+    }
+
+    /// What wakes the parked poller (hub tasks use it).
+    pub(crate) fn wake(&self) -> Arc<Wake> {
+        self.shared.wake.clone()
+    }
+
+    /// Hands a connection to the poller; false when it has stopped (the
+    /// connection is then dropped, closing its socket).
+    pub(crate) fn hand_over(&self, conn: C) -> bool {
+        if self.incoming.send(NewConn { conn }).is_err() {
+            return false;
+        }
+        self.shared.wake.wake_always();
+        true
+    }
+}
+
+/// The poller thread's state.
+struct Poller<C> {
+    poll: Poll,
+    shared: Arc<Shared>,
+    incoming: Receiver<NewConn<C>>,
+    metrics: ListenerMetrics,
+    spin_idle: Duration,
+    drain: Duration,
+}
+
+impl<C: PolledConn> Poller<C> {
     /// Runs until shutdown has closed every connection (or the drain period
     /// is over).
-    pub(crate) fn run(mut self) {
-        let mut conns: Vec<Option<SpinConn>> = Vec::new();
+    fn run(mut self) {
+        let mut conns: Vec<Option<C>> = Vec::new();
         let mut free: Vec<usize> = Vec::new();
         let mut events = Events::with_capacity(EVENTS_CAPACITY);
         let mut last_read = Instant::now();
@@ -84,7 +225,7 @@ impl Poller {
                 }
                 read_any |= c.poll(now, &mut counts);
                 if c.is_done() {
-                    let _ = self.poll.registry().deregister(&mut c.sock);
+                    let _ = self.poll.registry().deregister(c.sock());
                     *slot = None;
                     free.push(i);
                     open -= 1;
@@ -111,12 +252,7 @@ impl Poller {
         tracing::debug!(open, "wire low-latency poller stopped");
     }
 
-    fn accept_new(
-        &mut self,
-        conns: &mut Vec<Option<SpinConn>>,
-        free: &mut Vec<usize>,
-        open: &mut usize,
-    ) {
+    fn accept_new(&mut self, conns: &mut Vec<Option<C>>, free: &mut Vec<usize>, open: &mut usize) {
         loop {
             let mut new = match self.incoming.try_recv() {
                 Ok(n) => n,
@@ -124,7 +260,7 @@ impl Poller {
             };
             let i = free.pop().unwrap_or(conns.len());
             let registered = self.poll.registry().register(
-                &mut new.conn.sock,
+                new.conn.sock(),
                 Token(i),
                 Interest::READABLE | Interest::WRITABLE,
             );
@@ -146,7 +282,7 @@ impl Poller {
 
     /// Adds one pass's counters to the listener's metrics.
     fn count(&self, c: &PassCounts) {
-        let m = &self.ctx.metrics;
+        let m = &self.metrics;
         if c.bytes_in > 0 {
             m.bytes_in(c.bytes_in);
         }
@@ -162,7 +298,7 @@ impl Poller {
     /// woken by an event (then the poller spins again).
     fn park(
         &mut self,
-        conns: &[Option<SpinConn>],
+        conns: &[Option<C>],
         events: &mut Events,
         drain_until: Option<Instant>,
     ) -> bool {

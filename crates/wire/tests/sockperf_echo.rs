@@ -2,6 +2,7 @@
 //! the echo rule over a socket, counted messages, the partial-message read
 //! timeout and a bad length closing only that connection.
 
+#[macro_use]
 mod common;
 
 use std::time::Duration;
@@ -32,69 +33,72 @@ async fn closed(c: &mut TcpStream) -> bool {
     )
 }
 
-#[tokio::test]
-async fn pong_requests_are_echoed_and_every_message_is_counted() {
-    let s = TestServer::sockperf(SockperfConfig::default()).await;
-    let mut c = TcpStream::connect(s.addr).await.unwrap();
-    let mut burst = message(1, FLAG_CLIENT, 64);
-    burst.extend(message(2, FLAG_CLIENT | FLAG_PONG_REQUEST, 64));
-    c.write_all(&burst).await.unwrap();
-    let mut reply = [0u8; 64];
-    tokio::time::timeout(PATIENCE, c.read_exact(&mut reply))
-        .await
-        .unwrap()
-        .unwrap();
-    let h = SockperfHeader::parse(&reply).unwrap();
-    assert_eq!((h.sequence, h.flags), (2, FLAG_PONG_REQUEST));
-    // Messages a read completes are counted before the reply is written.
-    let text = s.hub.metrics().render();
-    assert!(
-        text.contains("tidegate_listener_frames_in_total{listener=\"sockperf\"} 2"),
-        "{text}"
-    );
+both_modes! {
+    async fn pong_requests_are_echoed_and_every_message_is_counted() {
+        let s = TestServer::sockperf(SockperfConfig::default()).await;
+        let mut c = TcpStream::connect(s.addr).await.unwrap();
+        let mut burst = message(1, FLAG_CLIENT, 64);
+        burst.extend(message(2, FLAG_CLIENT | FLAG_PONG_REQUEST, 64));
+        c.write_all(&burst).await.unwrap();
+        let mut reply = [0u8; 64];
+        tokio::time::timeout(PATIENCE, c.read_exact(&mut reply))
+            .await
+            .unwrap()
+            .unwrap();
+        let h = SockperfHeader::parse(&reply).unwrap();
+        assert_eq!((h.sequence, h.flags), (2, FLAG_PONG_REQUEST));
+        // Messages a read completes are counted before the reply is written.
+        let text = s.hub.metrics().render();
+        assert!(
+            text.contains("tidegate_listener_frames_in_total{listener=\"sockperf\"} 2"),
+            "{text}"
+        );
+    }
 }
 
-#[tokio::test]
-async fn a_partial_message_is_closed_by_the_read_timeout() {
-    let mut config = SockperfConfig::default();
-    config.listener.read_timeout_ms = 200;
-    let s = TestServer::sockperf(config).await;
-    let mut c = TcpStream::connect(s.addr).await.unwrap();
-    c.write_all(&message(1, FLAG_CLIENT | FLAG_PONG_REQUEST, 64)[..5])
-        .await
-        .unwrap();
-    assert!(closed(&mut c).await);
-    assert_eq!(s.metrics("sockperf").error_count("read_timeout"), 1);
+both_modes! {
+    async fn a_partial_message_is_closed_by_the_read_timeout() {
+        let mut config = SockperfConfig::default();
+        config.listener.read_timeout_ms = 200;
+        let s = TestServer::sockperf(config).await;
+        let mut c = TcpStream::connect(s.addr).await.unwrap();
+        c.write_all(&message(1, FLAG_CLIENT | FLAG_PONG_REQUEST, 64)[..5])
+            .await
+            .unwrap();
+        assert!(closed(&mut c).await);
+        assert_eq!(s.metrics("sockperf").error_count("read_timeout"), 1);
+    }
 }
 
-#[tokio::test]
-async fn a_bad_length_closes_only_that_connection() {
-    let s = TestServer::sockperf(SockperfConfig::default()).await;
-    let mut good = TcpStream::connect(s.addr).await.unwrap();
-    let mut bad = TcpStream::connect(s.addr).await.unwrap();
-    bad.write_all(
-        &SockperfHeader {
-            sequence: 1,
-            flags: FLAG_CLIENT | FLAG_PONG_REQUEST,
-            length: 3,
-        }
-        .to_bytes(),
-    )
-    .await
-    .unwrap();
-    assert!(closed(&mut bad).await);
-    let m = s.metrics("sockperf");
-    eventually("the bad length counted", || {
-        m.error_count("bad_length") == 1
-    })
-    .await;
-    good.write_all(&message(7, FLAG_CLIENT | FLAG_PONG_REQUEST, 32))
+both_modes! {
+    async fn a_bad_length_closes_only_that_connection() {
+        let s = TestServer::sockperf(SockperfConfig::default()).await;
+        let mut good = TcpStream::connect(s.addr).await.unwrap();
+        let mut bad = TcpStream::connect(s.addr).await.unwrap();
+        bad.write_all(
+            &SockperfHeader {
+                sequence: 1,
+                flags: FLAG_CLIENT | FLAG_PONG_REQUEST,
+                length: 3,
+            }
+            .to_bytes(),
+        )
         .await
         .unwrap();
-    let mut reply = [0u8; 32];
-    tokio::time::timeout(Duration::from_secs(5), good.read_exact(&mut reply))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(SockperfHeader::parse(&reply).unwrap().sequence, 7);
+        assert!(closed(&mut bad).await);
+        let m = s.metrics("sockperf");
+        eventually("the bad length counted", || {
+            m.error_count("bad_length") == 1
+        })
+        .await;
+        good.write_all(&message(7, FLAG_CLIENT | FLAG_PONG_REQUEST, 32))
+            .await
+            .unwrap();
+        let mut reply = [0u8; 32];
+        tokio::time::timeout(Duration::from_secs(5), good.read_exact(&mut reply))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(SockperfHeader::parse(&reply).unwrap().sequence, 7);
+    }
 }

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use tidegate_hub::Hub;
-use tidegate_wire::{SockperfConfig, SockperfServer};
+use tidegate_wire::{SockperfConfig, SockperfServer, WireMode};
 use tokio_util::sync::CancellationToken;
 
 /// A child process killed when dropped (a failing test leaves nothing behind).
@@ -108,7 +108,20 @@ async fn start() -> (
     CancellationToken,
     tokio::task::JoinHandle<std::io::Result<()>>,
 ) {
-    let mut config = SockperfConfig::default();
+    start_in(WireMode::Default).await
+}
+
+async fn start_in(
+    mode: WireMode,
+) -> (
+    SocketAddr,
+    CancellationToken,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let mut config = SockperfConfig {
+        mode,
+        ..SockperfConfig::default()
+    };
     config.listener.listen = "127.0.0.1:0".parse().unwrap();
     let server = SockperfServer::bind(config).unwrap();
     let addr = server.local_addr();
@@ -120,6 +133,23 @@ async fn start() -> (
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stock_sockperf_ping_pong_gets_clean_observations() {
     let (addr, stop, task) = start().await;
+    let text = tokio::task::spawn_blocking(move || {
+        run_sockperf(addr, &["ping-pong", "-m", "64", "-t", "3"])
+    })
+    .await
+    .unwrap();
+    check_clean_run(&text);
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stock_sockperf_ping_pong_against_the_low_latency_listener_gets_clean_observations() {
+    let (addr, stop, task) = start_in(WireMode::LowLatency).await;
     let text = tokio::task::spawn_blocking(move || {
         run_sockperf(addr, &["ping-pong", "-m", "64", "-t", "3"])
     })

@@ -101,6 +101,9 @@ impl TestServer {
     /// Starts a `[sockperf]` server with `config` (port 0).
     pub async fn sockperf(mut config: SockperfConfig) -> TestServer {
         config.listener.listen = "127.0.0.1:0".parse().unwrap();
+        if config.mode == WireMode::Default {
+            config.mode = mode();
+        }
         let hub = Hub::default();
         let server = SockperfServer::bind(config).unwrap();
         let addr = server.local_addr();
