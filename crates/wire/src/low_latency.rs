@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tidegate_listener::Connection;
+use tokio_util::sync::CancellationToken;
 
 use crate::connection::{self, ConnectionContext};
 use crate::hub_link;
@@ -32,6 +33,7 @@ impl LowLatency {
     pub(crate) fn start(
         ctx: &ConnectionContext,
         drain: Duration,
+        shutdown: CancellationToken,
     ) -> std::io::Result<(Self, StopOnDrop)> {
         let metrics = ctx.hub.metrics().listener(crate::server::SECTION);
         let spin = Arc::new(SpinContext {
@@ -47,6 +49,7 @@ impl LowLatency {
             drain,
         };
         let (poller, stop) = PollerHandle::start(settings, metrics)?;
+        poller.stop_on(shutdown);
         Ok((LowLatency { poller, spin }, stop))
     }
 

@@ -59,7 +59,7 @@ impl WireServer {
                     .await
             }
             WireMode::LowLatency => {
-                let (poller, _stop) = LowLatency::start(&ctx, drain)?;
+                let (poller, _stop) = LowLatency::start(&ctx, drain, shutdown.clone())?;
                 self.listener
                     .run(&hub, shutdown, drain, move |conn: Connection| {
                         poller.clone().serve(conn, ctx.clone())

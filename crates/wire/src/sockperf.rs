@@ -75,6 +75,7 @@ impl SockperfServer {
             drain: SHUTDOWN_DRAIN,
         };
         let (poller, _stop) = PollerHandle::start(settings, hub.metrics().listener(SECTION))?;
+        poller.stop_on(shutdown.clone());
         self.listener
             .run(&hub, shutdown, SHUTDOWN_DRAIN, move |conn: Connection| {
                 spin_session(conn, max_message, poller.clone())

@@ -164,6 +164,17 @@ impl<C: PolledConn> PollerHandle<C> {
         ))
     }
 
+    /// Stops the poller as soon as `shutdown` is cancelled (every
+    /// connection gets its goodbye at once, not when the listener core's
+    /// drain period is over). Must be called inside a tokio runtime.
+    pub(crate) fn stop_on(&self, shutdown: tokio_util::sync::CancellationToken) {
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            drop(StopOnDrop(shared));
+        });
+    }
+
     /// True once the server is stopping (a new connection is not handed
     /// over then).
     pub(crate) fn is_stopping(&self) -> bool {
