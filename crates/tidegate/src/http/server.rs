@@ -171,6 +171,9 @@ struct ConnClock {
     /// Milliseconds after `origin` at which the pending head's first byte
     /// arrived, plus one (0: no head pending).
     head_started: std::sync::atomic::AtomicU64,
+    /// Wakes the watchdog when a head starts or the last request ends, so
+    /// it sleeps until the next deadline instead of polling.
+    changed: tokio::sync::Notify,
 }
 
 impl ConnClock {
@@ -181,13 +184,13 @@ impl ConnClock {
     /// Bytes arrived: the start of a head, unless a request is being read
     /// or answered (then they are its body, or a pipelined request).
     fn bytes_read(&self, origin: Instant) {
-        if self.in_flight.load(Ordering::Relaxed) == 0 {
-            let _ = self.head_started.compare_exchange(
-                0,
-                Self::since(origin),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
+        if self.in_flight.load(Ordering::Relaxed) == 0
+            && self
+                .head_started
+                .compare_exchange(0, Self::since(origin), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.changed.notify_one();
         }
     }
 
@@ -198,7 +201,9 @@ impl ConnClock {
     }
 
     fn request_done(&self) {
-        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if self.in_flight.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.changed.notify_one();
+        }
     }
 }
 
@@ -236,18 +241,18 @@ async fn watchdog(
     header: Option<Duration>,
     idle: Option<Duration>,
 ) -> Expired {
-    const CHECK_EVERY: Duration = Duration::from_millis(100);
     loop {
+        let changed = clock.changed.notified();
         let now = Instant::now();
         let started = clock.head_started.load(Ordering::Relaxed);
-        let mut next = now + Duration::from_secs(3600);
+        let mut next = None;
         if started > 0 {
             if let Some(header) = header {
                 let due = origin + Duration::from_millis(started - 1) + header;
                 if now >= due {
                     return Expired::Header;
                 }
-                next = next.min(due);
+                next = Some(due);
             }
         } else if clock.in_flight.load(Ordering::Relaxed) == 0 {
             if let Some(idle) = idle {
@@ -255,16 +260,18 @@ async fn watchdog(
                 if now >= due {
                     return Expired::Idle;
                 }
-                next = next.min(due);
+                next = Some(due);
             }
         }
-        // Re-check at least this often: a head may start at any time.
-        tokio::time::sleep_until(
-            next.min(now + CHECK_EVERY)
-                .max(now + Duration::from_millis(10))
-                .into(),
-        )
-        .await;
+        match next {
+            Some(due) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(due.into()) => {}
+                    _ = changed => {}
+                }
+            }
+            None => changed.await,
+        }
     }
 }
 
@@ -336,6 +343,25 @@ pub async fn serve_connection(conn: Connection, app: Router) {
         peer,
         ..
     } = conn;
+    // hyper allocates its buffers when the connection is built: wait for
+    // the first byte first, so a quiet connection holds next to nothing.
+    let first_byte = async {
+        match inbound.idle_timeout() {
+            Some(idle) => tokio::time::timeout(idle, stream.readable()).await.ok(),
+            None => Some(stream.readable().await),
+        }
+    };
+    tokio::select! {
+        ready = first_byte => match ready {
+            Some(Ok(())) => {}
+            Some(Err(_)) => return,
+            None => {
+                metrics.error("idle_timeout");
+                return;
+            }
+        },
+        _ = shutdown.cancelled() => return,
+    }
     let activity = inbound.activity().clone();
     let clock = Arc::new(ConnClock::default());
     let origin = Instant::now();
