@@ -527,7 +527,9 @@ mod busy {
         let mut send_duration = Duration::ZERO;
         let mut done_at: Option<Instant> = None;
         let mut pass = 0u32;
-        while tally.replies < expected_replies {
+        // Until every message is written and every asked reply is in: the
+        // last reply can come before the last (unanswered) messages are due.
+        while tally.replies < expected_replies || n < args.messages || out_pos < out.len() {
             let now = Instant::now();
             // Write what is due (whole frames are queued; the socket may
             // take part of them).
@@ -579,7 +581,7 @@ mod busy {
                     Err(e) => return Err(e).context("reading echo replies"),
                 }
             }
-            if n == args.messages && out.is_empty() {
+            if n == args.messages {
                 let t = *done_at.get_or_insert_with(Instant::now);
                 if t.elapsed() > DRAIN_TIMEOUT {
                     break;
