@@ -12,7 +12,6 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,15 +22,16 @@ use tidegate_forward::codec::encode::record_from_json;
 use tidegate_forward::codec::EventTime;
 use tidegate_forward::{ClientOptions, ForwardClient, ForwardConfig, ForwardServer};
 use tidegate_hub::Sink;
-use tidegate_kafka::testing::{
-    fluency_classpath, hub_routing_to, java_dir, read_topic, record_count, TestBroker,
-};
+use tidegate_kafka::testing::{hub_routing_to, TestBroker};
 use tidegate_kafka::{KafkaConfig, KafkaSink};
 use tokio_util::sync::CancellationToken;
 
 mod common;
+#[path = "common/fluency.rs"]
+mod fluency;
 
 use common::{free_addr, Served};
+use fluency::{fluency, fluency_done, missing_seqs, read_back, seq_counts};
 
 fn shared_broker() -> &'static TestBroker {
     TestBroker::shared().expect("start the test broker (run scripts/setup/kafka.sh)")
@@ -80,90 +80,12 @@ async fn pipeline_with(config: KafkaConfig) -> Pipeline {
     }
 }
 
-/// Starts `FluencySender.java` (Java single-file source mode).
-fn fluency(addr: SocketAddr, tag: &str, count: u64, rate: u64, run: &str) -> Child {
-    let cp = fluency_classpath().expect("fluency classpath (run scripts/setup/kafka.sh)");
-    Command::new("java")
-        .arg("-cp")
-        .arg(cp)
-        .arg(java_dir().join("fluency").join("FluencySender.java"))
-        .args([
-            addr.ip().to_string(),
-            addr.port().to_string(),
-            tag.to_owned(),
-            count.to_string(),
-            rate.to_string(),
-            run.to_owned(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run java (run scripts/setup/kafka.sh)")
-}
-
-/// Waits for Fluency to exit successfully (every chunk acknowledged).
-async fn fluency_done(child: Child, limit: Duration) {
-    let out = tokio::time::timeout(
-        limit,
-        tokio::task::spawn_blocking(move || child.wait_with_output()),
-    )
-    .await
-    .expect("fluency finishes in time")
-    .unwrap()
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let tail: String = stderr.lines().rev().take(20).collect::<Vec<_>>().join("\n");
-    assert!(
-        out.status.success() && stdout.contains("SENT"),
-        "fluency failed: {}\n{stdout}\n{tail}",
-        out.status
-    );
-}
-
-/// Every record in `topic` now (at least `min`, waiting up to `limit`).
-async fn read_back(bootstrap: &str, topic: &str, min: usize, limit: Duration) -> Vec<OwnedMessage> {
-    let (b, t) = (bootstrap.to_owned(), topic.to_owned());
-    tokio::task::spawn_blocking(move || {
-        let deadline = Instant::now() + limit;
-        let mut n = 0;
-        while Instant::now() < deadline {
-            n = record_count(&b, &t).unwrap_or(0) as usize;
-            if n >= min {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(300));
-        }
-        read_topic(
-            &b,
-            &t,
-            n.max(min),
-            deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(10),
-        )
-    })
-    .await
-    .unwrap()
-    .expect("read the topic back")
-}
-
 fn json_payload(r: &OwnedMessage) -> Value {
     serde_json::from_slice(r.payload().expect("a payload")).expect("a JSON payload")
 }
 
-/// How many times each `seq` of run `run` occurs.
-fn seq_counts(records: &[OwnedMessage], run: &str) -> BTreeMap<u64, usize> {
-    let mut out = BTreeMap::new();
-    for r in records {
-        let v = json_payload(r);
-        if v["run"] == run {
-            *out.entry(v["seq"].as_u64().expect("seq")).or_default() += 1;
-        }
-    }
-    out
-}
-
 fn assert_every_seq_at_least_once(counts: &BTreeMap<u64, usize>, n: u64) {
-    let missing: Vec<u64> = (0..n).filter(|s| !counts.contains_key(s)).collect();
+    let missing = missing_seqs(counts, n);
     assert!(
         missing.is_empty(),
         "{} of {n} records missing in Kafka, first: {:?}",
