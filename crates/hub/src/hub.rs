@@ -12,7 +12,7 @@ use crate::bus::TopicBus;
 use crate::metrics::HubMetrics;
 use crate::routes::RouteTable;
 use crate::subscriber::{PushOutcome, Subscriber, SubscriberOptions};
-use crate::topic::{validate_topic, TopicError};
+use crate::topic::{is_system_topic, validate_topic, TopicError};
 use crate::{Message, SharedMessage};
 
 /// Why a publish was refused.
@@ -36,9 +36,17 @@ pub(crate) struct HubInner {
     closed: AtomicBool,
     /// Woken once at close, so waiting subscribers see `RecvError::Closed`.
     pub(crate) closing: tokio::sync::Notify,
+    /// Zero of the publish stamps subscriber queues keep (delivery latency).
+    epoch: std::time::Instant,
 }
 
 impl HubInner {
+    /// Now, in microseconds since the hub's epoch, wrapping (see
+    /// `subscriber::Stamped`).
+    pub(crate) fn stamp(&self) -> u32 {
+        self.epoch.elapsed().as_micros() as u32
+    }
+
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
@@ -76,6 +84,7 @@ impl Hub {
                 next_subscriber: AtomicU64::new(1),
                 closed: AtomicBool::new(false),
                 closing: tokio::sync::Notify::new(),
+                epoch: std::time::Instant::now(),
             }),
         }
     }
@@ -111,8 +120,19 @@ impl Hub {
 
     /// Publishes without waiting for durability: queues to subscribers and
     /// hands to routed sinks (waiting only while a sink is full).
+    /// Topics under `$sys.` are refused ([`TopicError::Reserved`]): only the
+    /// hub itself publishes there ([`Hub::publish_system`]).
     pub async fn publish(&self, msg: Message) -> Result<(), PublishError> {
         self.publish_inner(msg, None).await
+    }
+
+    /// Publishes the hub's own report on a `$sys.` topic (`$sys.stats`).
+    /// Not for sources: what clients send goes through [`Hub::publish`].
+    pub async fn publish_system(&self, msg: Message) -> Result<(), PublishError> {
+        if !is_system_topic(&msg.topic) {
+            return Err(TopicError::NotSystem(msg.topic).into());
+        }
+        self.publish_checked(msg, None).await
     }
 
     /// Publishes as part of `group`: every routed sink that takes the message
@@ -153,6 +173,17 @@ impl Hub {
         msg: Message,
         group: Option<&AckGroup>,
     ) -> Result<(), PublishError> {
+        if is_system_topic(&msg.topic) {
+            return Err(TopicError::Reserved(msg.topic).into());
+        }
+        self.publish_checked(msg, group).await
+    }
+
+    async fn publish_checked(
+        &self,
+        msg: Message,
+        group: Option<&AckGroup>,
+    ) -> Result<(), PublishError> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(PublishError::ShuttingDown);
         }
@@ -184,9 +215,10 @@ impl Hub {
 
     fn fan_out(&self, msg: &SharedMessage) {
         let (mut delivered, mut dropped, mut disconnected) = (0u64, 0u64, 0u64);
+        let stamp = self.inner.stamp();
         self.inner
             .bus
-            .for_each_subscriber(&msg.topic, |q| match q.push(msg) {
+            .for_each_subscriber(&msg.topic, |q| match q.push(msg, stamp) {
                 PushOutcome::Queued => delivered += 1,
                 PushOutcome::DroppedOldest => {
                     delivered += 1;

@@ -5,6 +5,11 @@
 //! [`ListenerMetrics`] handle (labelled with its name) from
 //! [`HubMetrics::listener`]. Components with counters of their own register
 //! them through [`HubMetrics::register`].
+//!
+//! Besides the Prometheus text, the values can be read directly
+//! ([`HubMetrics::listeners`], the `*_total` accessors of
+//! [`ListenerMetrics`], [`HubMetrics::delivery_latency`]) for the
+//! `$sys.stats` publisher.
 
 use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -12,6 +17,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Metric, Registry};
+
+use crate::latency::LatencyHistogram;
 
 /// Label set of per-listener metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -68,6 +75,10 @@ pub struct HubMetrics {
     bytes_in: Family<ListenerLabel, Counter>,
     bytes_out: Family<ListenerLabel, Counter>,
     frames_in: Family<ListenerLabel, Counter>,
+    frames_out: Family<ListenerLabel, Counter>,
+    /// One handle per listener name, in the order they were first asked for.
+    listeners: Mutex<Vec<ListenerMetrics>>,
+    delivery_latency: LatencyHistogram,
 }
 
 impl Default for HubMetrics {
@@ -91,6 +102,9 @@ impl Default for HubMetrics {
             bytes_in: Family::default(),
             bytes_out: Family::default(),
             frames_in: Family::default(),
+            frames_out: Family::default(),
+            listeners: Mutex::new(Vec::new()),
+            delivery_latency: LatencyHistogram::default(),
         };
         {
             let mut r = m.registry.lock();
@@ -175,6 +189,11 @@ impl Default for HubMetrics {
                 "Protocol frames (messages, chunks, packets, requests) decoded per listener",
                 m.frames_in.clone(),
             );
+            r.register(
+                "listener_frames_out",
+                "Messages written to clients per listener (hub messages delivered to subscribers)",
+                m.frames_out.clone(),
+            );
         }
         m
     }
@@ -204,20 +223,39 @@ impl HubMetrics {
     }
 
     /// A handle for one listener's connection, traffic and error counters.
+    /// Every handle of one name shares the same counters.
     pub fn listener(&self, name: &str) -> ListenerMetrics {
+        let mut known = self.listeners.lock();
+        if let Some(l) = known.iter().find(|l| l.name == name) {
+            return l.clone();
+        }
         let label = ListenerLabel {
             listener: name.to_owned(),
         };
-        ListenerMetrics {
+        let l = ListenerMetrics {
             name: name.to_owned(),
             accepted: self.connections_accepted.get_or_create(&label).clone(),
             open: self.connections_open.get_or_create(&label).clone(),
             bytes_in: self.bytes_in.get_or_create(&label).clone(),
             bytes_out: self.bytes_out.get_or_create(&label).clone(),
             frames_in: self.frames_in.get_or_create(&label).clone(),
+            frames_out: self.frames_out.get_or_create(&label).clone(),
             errors: self.listener_errors.clone(),
             refused: self.connections_refused.clone(),
-        }
+        };
+        known.push(l.clone());
+        l
+    }
+
+    /// Every listener that asked for its handle so far.
+    pub fn listeners(&self) -> Vec<ListenerMetrics> {
+        self.listeners.lock().clone()
+    }
+
+    /// How long delivered messages waited between `Hub::publish` and the
+    /// session taking them from its queue.
+    pub fn delivery_latency(&self) -> &LatencyHistogram {
+        &self.delivery_latency
     }
 
     /// The Prometheus text exposition of everything registered.
@@ -242,6 +280,7 @@ pub struct ListenerMetrics {
     bytes_in: Counter,
     bytes_out: Counter,
     frames_in: Counter,
+    frames_out: Counter,
     errors: Family<ListenerErrorLabel, Counter>,
     refused: Family<ListenerRefusedLabel, Counter>,
 }
@@ -300,6 +339,36 @@ impl ListenerMetrics {
     /// Counts `n` decoded protocol frames.
     pub fn frames_in(&self, n: u64) {
         self.frames_in.inc_by(n);
+    }
+
+    /// Counts `n` messages written to clients.
+    pub fn frames_out(&self, n: u64) {
+        self.frames_out.inc_by(n);
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted_total(&self) -> u64 {
+        self.accepted.get()
+    }
+
+    /// Bytes read so far.
+    pub fn bytes_in_total(&self) -> u64 {
+        self.bytes_in.get()
+    }
+
+    /// Bytes written so far.
+    pub fn bytes_out_total(&self) -> u64 {
+        self.bytes_out.get()
+    }
+
+    /// Frames decoded so far.
+    pub fn frames_in_total(&self) -> u64 {
+        self.frames_in.get()
+    }
+
+    /// Messages written so far.
+    pub fn frames_out_total(&self) -> u64 {
+        self.frames_out.get()
     }
 
     /// Counts one error of `kind` (`oversize_frame`, `tls_handshake`, …).

@@ -42,12 +42,29 @@ pub trait Sink: Send + Sync + 'static {
         SinkHealth::Ready
     }
 
+    /// Its queue depth and acknowledgements so far, for `$sys.stats`. The
+    /// default (a sink that keeps nothing) reports zeros.
+    fn counters(&self) -> SinkCounters {
+        SinkCounters::default()
+    }
+
     /// Resolves when everything handed over is acknowledged or `timeout`
     /// passed; called once at shutdown.
     fn flush(&self, timeout: Duration) -> SinkFuture<'_> {
         let _ = timeout;
         Box::pin(async {})
     }
+}
+
+/// What a sink has in hand and has finished, read once a second.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SinkCounters {
+    /// Messages handed over and not yet acknowledged or failed.
+    pub queued: u64,
+    /// Messages acknowledged (durable) since start.
+    pub acked: u64,
+    /// Messages failed since start.
+    pub failed: u64,
 }
 
 /// A sink's readiness, as `/readyz` reports it.

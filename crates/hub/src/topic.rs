@@ -9,6 +9,16 @@ use thiserror::Error;
 /// Longest topic or pattern accepted, in bytes.
 pub const MAX_TOPIC_LEN: usize = 1024;
 
+/// Topics the hub itself publishes on (`$sys.stats`): clients may subscribe
+/// to them, never publish.
+pub const SYSTEM_TOPIC_PREFIX: &str = "$sys.";
+
+/// Whether `topic` is under [`SYSTEM_TOPIC_PREFIX`]. One byte compared for
+/// every other topic.
+pub fn is_system_topic(topic: &str) -> bool {
+    topic.as_bytes().first() == Some(&b'$') && topic.starts_with(SYSTEM_TOPIC_PREFIX)
+}
+
 /// Why a topic or pattern was refused.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum TopicError {
@@ -32,6 +42,14 @@ pub enum TopicError {
     /// Whitespace or control characters.
     #[error("topic {0:?} contains whitespace or control characters")]
     BadCharacter(String),
+    /// A client publishing on a topic only the hub publishes on.
+    #[error(
+        "topic {0:?} is reserved: `$sys.` topics are published by the hub itself (subscribe only)"
+    )]
+    Reserved(String),
+    /// [`crate::Hub::publish_system`] asked for a topic outside `$sys.`.
+    #[error("topic {0:?} is not a `$sys.` topic")]
+    NotSystem(String),
 }
 
 fn check_common(s: &str) -> Result<(), TopicError> {

@@ -336,3 +336,47 @@ async fn route_failures_count_failed_and_lost_messages_but_not_acknowledged_ones
     drop(tokens); // two lost without an answer
     assert_eq!(hub.metrics().route_failures.get(), 2);
 }
+
+#[tokio::test]
+async fn sys_topics_are_subscribable_but_only_the_hub_publishes_there() {
+    let hub = Hub::default();
+    let sys = hub.subscribe("$sys.>").unwrap();
+    for publish in [
+        hub.publish(msg("$sys.stats", "forged")).await,
+        hub.publish_acked(msg("$sys.x", "forged"), &AckGroup::new())
+            .await,
+    ] {
+        assert!(
+            matches!(
+                publish,
+                Err(PublishError::BadTopic(TopicError::Reserved(_)))
+            ),
+            "{publish:?}"
+        );
+    }
+    hub.publish(msg("sys.stats", "an ordinary topic"))
+        .await
+        .unwrap();
+    hub.publish_system(msg("$sys.stats", "real")).await.unwrap();
+    assert!(hub.publish_system(msg("stats", "x")).await.is_err());
+    assert_eq!(drain(&sys).await, ["real"]);
+}
+
+#[tokio::test]
+async fn delivery_latency_counts_every_message_taken_from_a_queue() {
+    let hub = Hub::default();
+    let s = hub.subscribe("a").unwrap();
+    for _ in 0..5 {
+        hub.publish(msg("a", "x")).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(drain(&s).await.len(), 5);
+    let window = hub.metrics().delivery_latency().take();
+    assert_eq!(window.count(), 5);
+    let p50 = window.quantile_us(0.5).unwrap();
+    assert!(
+        (20_000..2_000_000).contains(&p50),
+        "waited ≥ 20 ms: {p50} µs"
+    );
+    assert_eq!(hub.metrics().delivery_latency().take().count(), 0);
+}

@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::Producer as _;
 use thiserror::Error;
-use tidegate_hub::{AckToken, HubMetrics, SharedMessage, Sink, SinkFuture, SinkHealth};
+use tidegate_hub::{
+    AckToken, HubMetrics, SharedMessage, Sink, SinkCounters, SinkFuture, SinkHealth,
+};
 
 use crate::delivery::{Acknowledger, SINK_NAME};
 use crate::health::BrokerLink;
@@ -266,6 +268,14 @@ impl Sink for KafkaSink {
             SinkHealth::NotReady(NOT_READY_QUEUE_FULL.to_owned())
         } else {
             SinkHealth::Ready
+        }
+    }
+
+    fn counters(&self) -> SinkCounters {
+        SinkCounters {
+            queued: self.metrics.in_flight.get().max(0) as u64,
+            acked: self.metrics.delivered.get(),
+            failed: self.metrics.failed.get(),
         }
     }
 
