@@ -126,13 +126,20 @@ impl Hub {
         self.publish_inner(msg, None).await
     }
 
-    /// Publishes the hub's own report on a `$sys.` topic (`$sys.stats`).
-    /// Not for sources: what clients send goes through [`Hub::publish`].
-    pub async fn publish_system(&self, msg: Message) -> Result<(), PublishError> {
+    /// Publishes the hub's own report on a `$sys.` topic (`$sys.stats`) to
+    /// its subscribers. Never routed to sinks (a catch-all route must not
+    /// fill Kafka with reports) and not counted as published. Not for
+    /// sources: what clients send goes through [`Hub::publish`].
+    pub fn publish_system(&self, msg: Message) -> Result<(), PublishError> {
         if !is_system_topic(&msg.topic) {
             return Err(TopicError::NotSystem(msg.topic).into());
         }
-        self.publish_checked(msg, None).await
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(PublishError::ShuttingDown);
+        }
+        validate_topic(&msg.topic)?;
+        self.fan_out(&Arc::new(msg));
+        Ok(())
     }
 
     /// Publishes as part of `group`: every routed sink that takes the message
@@ -176,14 +183,6 @@ impl Hub {
         if is_system_topic(&msg.topic) {
             return Err(TopicError::Reserved(msg.topic).into());
         }
-        self.publish_checked(msg, group).await
-    }
-
-    async fn publish_checked(
-        &self,
-        msg: Message,
-        group: Option<&AckGroup>,
-    ) -> Result<(), PublishError> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(PublishError::ShuttingDown);
         }

@@ -357,9 +357,18 @@ async fn sys_topics_are_subscribable_but_only_the_hub_publishes_there() {
     hub.publish(msg("sys.stats", "an ordinary topic"))
         .await
         .unwrap();
-    hub.publish_system(msg("$sys.stats", "real")).await.unwrap();
-    assert!(hub.publish_system(msg("stats", "x")).await.is_err());
+    hub.publish_system(msg("$sys.stats", "real")).unwrap();
+    assert!(hub.publish_system(msg("stats", "x")).is_err());
     assert_eq!(drain(&sys).await, ["real"]);
+}
+
+#[tokio::test]
+async fn sys_reports_never_reach_a_catch_all_route() {
+    let sink = holding(false);
+    let hub = Hub::new(routes_to(sink.clone(), ">"));
+    hub.publish_system(msg("$sys.stats", "report")).unwrap();
+    hub.publish(msg("a", "x")).await.unwrap();
+    assert_eq!(sink.received.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
