@@ -7,22 +7,28 @@
 //!   `key\nvalue` per live entry of this node, sorted, `end` exclusive;
 //!   streamed from a snapshot through a small bounded channel, so memory
 //!   stays constant whatever the range.
+//! - `PUT /v0/entity?id=K&ttl_ms=T…`: a value that reads as absent T ms
+//!   after it was written (400 when T is not a number > 0).
 //! - `GET|PUT /v0/internal/entity?id=K`: a replica's own record, for
-//!   coordinators; signed ([`crate::auth`]), never forwarded.
+//!   coordinators; `GET /v0/internal/tree` and `POST /v0/internal/entries`:
+//!   anti-entropy ([`crate::anti_entropy`]). Signed ([`crate::auth`]),
+//!   never forwarded.
 //! - Any other path → 400 (the reference's `/abracadabra` test).
 //!
 //! Body size, timeouts and the byte budget are the `[http]` server's.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use bytes::{BufMut, Bytes, BytesMut};
 
+use crate::anti_entropy::{parse_leaves, ENTRIES_PATH, TREE_PATH};
 use crate::auth;
 use crate::client::INTERNAL_PATH;
 use crate::config::MAX_KEY_BYTES;
@@ -45,6 +51,8 @@ pub fn router(store: KvStore) -> Router {
         )
         .route("/v0/entities", get(get_range))
         .route(INTERNAL_PATH, get(internal).put(internal))
+        .route(TREE_PATH, get(tree))
+        .route(ENTRIES_PATH, post(entries))
         .fallback(|| async { (StatusCode::BAD_REQUEST, "Bad Request\n") })
         // The [http] server enforces max_body_bytes (413) for every route.
         .layer(DefaultBodyLimit::disable())
@@ -121,7 +129,12 @@ async fn put_entity(State(store): State<KvStore>, Query(p): Params, body: Bytes)
         Ok(t) => t,
         Err(why) => return bad(&why),
     };
-    match store.write(t.key, Some(body), t.ack, t.from).await {
+    let ttl = match p.get("ttl_ms").map(|v| v.parse::<u64>()) {
+        None => None,
+        Some(Ok(ms)) if ms > 0 => Some(Duration::from_millis(ms)),
+        Some(_) => return bad("ttl_ms must be a number > 0"),
+    };
+    match store.write(t.key, Some(body), ttl, t.ack, t.from).await {
         Ok(()) => (StatusCode::CREATED, "Created\n").into_response(),
         Err(e) => failed(e),
     }
@@ -132,7 +145,7 @@ async fn delete_entity(State(store): State<KvStore>, Query(p): Params) -> Respon
         Ok(t) => t,
         Err(why) => return bad(&why),
     };
-    match store.write(t.key, None, t.ack, t.from).await {
+    match store.write(t.key, None, None, t.ack, t.from).await {
         Ok(()) => (StatusCode::ACCEPTED, "Accepted\n").into_response(),
         Err(e) => failed(e),
     }
@@ -169,6 +182,31 @@ async fn get_range(State(store): State<KvStore>, Query(p): Params) -> Response {
     (StatusCode::OK, Body::from_stream(stream)).into_response()
 }
 
+/// Checks an internal request's signature; the 403 to answer when it is
+/// missing, wrong or stale.
+fn refused(
+    store: &KvStore,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Option<Response> {
+    let path = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str());
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let verdict = auth::verify(
+        store.secret(),
+        method.as_str(),
+        path,
+        header(auth::TIME_HEADER),
+        header(auth::SIGNATURE_HEADER),
+        body,
+        now_ns() / 1_000_000,
+    );
+    let e = verdict.err()?;
+    tracing::warn!(error = %e, path, "kv: internal request refused");
+    Some((StatusCode::FORBIDDEN, "Forbidden\n").into_response())
+}
+
 /// A coordinator's request for this node's own record: verified, then
 /// answered from (or applied to) the local engine only.
 async fn internal(
@@ -179,19 +217,8 @@ async fn internal(
     Query(p): Params,
     body: Bytes,
 ) -> Response {
-    let path = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str());
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    if let Err(e) = auth::verify(
-        store.secret(),
-        method.as_str(),
-        path,
-        header(auth::TIME_HEADER),
-        header(auth::SIGNATURE_HEADER),
-        &body,
-        now_ns() / 1_000_000,
-    ) {
-        tracing::warn!(error = %e, path, "kv: internal request refused");
-        return (StatusCode::FORBIDDEN, "Forbidden\n").into_response();
+    if let Some(no) = refused(&store, &method, &uri, &headers, &body) {
+        return no;
     }
     let key = match p.get("id") {
         Some(id) if !id.is_empty() && id.len() <= MAX_KEY_BYTES => {
@@ -214,4 +241,65 @@ async fn internal(
         Ok(_) => (StatusCode::CREATED, "Created\n").into_response(),
         Err(e) => failed(e),
     }
+}
+
+/// The peer an anti-entropy request is from (`peer=<its URL>`).
+fn peer(store: &KvStore, p: &HashMap<String, String>) -> Option<usize> {
+    p.get("peer")
+        .and_then(|url| store.anti_entropy().peer_index(url))
+}
+
+/// The answer to an anti-entropy request naming no peer of ours.
+fn unknown_peer() -> Response {
+    bad("peer is not another node of [kv] nodes")
+}
+
+/// Anti-entropy, step 1: our hash tree of the data shared with the peer;
+/// 204 when its root equals the peer's (`root=<hex>`).
+async fn tree(
+    State(store): State<KvStore>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    Query(p): Params,
+) -> Response {
+    if let Some(no) = refused(&store, &method, &uri, &headers, b"") {
+        return no;
+    }
+    let Some(peer) = peer(&store, &p) else {
+        return unknown_peer();
+    };
+    let root = p.get("root").and_then(|h| u64::from_str_radix(h, 16).ok());
+    match store.anti_entropy().tree_for(peer, root).await {
+        Ok(None) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Some(tree)) => (StatusCode::OK, tree.encode()).into_response(),
+        Err(e) => failed(e),
+    }
+}
+
+/// Anti-entropy, step 2: our records in the asked ranges (the body lists
+/// the leaves) that the peer shares, streamed.
+async fn entries(
+    State(store): State<KvStore>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    Query(p): Params,
+    body: Bytes,
+) -> Response {
+    if let Some(no) = refused(&store, &method, &uri, &headers, &body) {
+        return no;
+    }
+    let Some(peer) = peer(&store, &p) else {
+        return unknown_peer();
+    };
+    let leaves = match parse_leaves(&body) {
+        Ok(l) => l,
+        Err(why) => return bad(&why),
+    };
+    let rx = store.anti_entropy().entries_for(peer, &leaves);
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    (StatusCode::OK, Body::from_stream(stream)).into_response()
 }

@@ -75,6 +75,35 @@ impl ReplicaClient {
         ReplicaClient { http, secret }
     }
 
+    /// Sends a signed internal request for `path` (with its query) to
+    /// `node` and returns the response with its body unread — anti-entropy
+    /// streams it ([`crate::anti_entropy`]).
+    pub async fn signed(
+        &self,
+        node: &str,
+        method: Method,
+        path: &str,
+        body: Bytes,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, ReplicaError> {
+        let time = crate::engine::now_ns() / 1_000_000;
+        let sig = auth::sign(&self.secret, method.as_str(), path, time, &body);
+        let transport = |message: String| ReplicaError::Transport {
+            node: node.to_owned(),
+            message,
+        };
+        let req = Request::builder()
+            .method(method)
+            .uri(format!("{node}{path}"))
+            .header(auth::TIME_HEADER, time)
+            .header(auth::SIGNATURE_HEADER, sig)
+            .body(Full::new(body))
+            .map_err(|e| transport(e.to_string()))?;
+        self.http
+            .request(req)
+            .await
+            .map_err(|e| transport(e.to_string()))
+    }
+
     async fn send(
         &self,
         node: &str,

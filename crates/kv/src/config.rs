@@ -20,6 +20,10 @@ pub const DEFAULT_SYNC_INTERVAL_MS: u64 = 1_000;
 pub const DEFAULT_TOMBSTONE_GRACE_MS: u64 = 10 * 24 * 3600 * 1000;
 /// How long a coordinator waits for `ack` replicas before answering 504.
 pub const DEFAULT_REPLICA_TIMEOUT_MS: u64 = 1_000;
+/// Default time between two anti-entropy passes: 10 minutes. A pass
+/// compares one hash tree per peer (a scan of the local data, shared by
+/// all peers) and streams only the differing ranges.
+pub const DEFAULT_ANTI_ENTROPY_INTERVAL_MS: u64 = 10 * 60 * 1000;
 /// Largest key (`id`) accepted, bytes. fjall allows 64 KiB; a key also
 /// travels in URLs, so it is kept well below what proxies accept.
 pub const MAX_KEY_BYTES: usize = 4 * 1024;
@@ -107,6 +111,11 @@ pub struct KvConfig {
     /// than one node.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster_secret: Option<String>,
+    /// Time between two anti-entropy passes (Merkle-tree comparison with
+    /// every peer); 0 turns anti-entropy off. Must be shorter than
+    /// `tombstone_grace_ms`, so a tombstone reaches every live replica
+    /// before any replica may purge it.
+    pub anti_entropy_interval_ms: u64,
 }
 
 impl Default for KvConfig {
@@ -119,6 +128,7 @@ impl Default for KvConfig {
             tombstone_grace_ms: DEFAULT_TOMBSTONE_GRACE_MS,
             replica_timeout_ms: DEFAULT_REPLICA_TIMEOUT_MS,
             cluster_secret: None,
+            anti_entropy_interval_ms: DEFAULT_ANTI_ENTROPY_INTERVAL_MS,
         }
     }
 }
@@ -157,6 +167,20 @@ impl KvConfig {
             return bad(
                 "cluster_secret",
                 "required with more than one node (internal writes are signed with it)".into(),
+            );
+        }
+        if self.nodes.len() > 1
+            && self.anti_entropy_interval_ms != 0
+            && self.anti_entropy_interval_ms >= self.tombstone_grace_ms
+        {
+            return bad(
+                "anti_entropy_interval_ms",
+                format!(
+                    "{} must be shorter than tombstone_grace_ms ({}): a tombstone purged \
+                     before a pass carried it to every replica lets anti-entropy bring the \
+                     deleted value back (0 turns anti-entropy off)",
+                    self.anti_entropy_interval_ms, self.tombstone_grace_ms
+                ),
             );
         }
         Ok(())
@@ -209,6 +233,11 @@ mod tests {
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("[kv] cluster_secret"), "{e}");
         c.cluster_secret = Some("s".into());
+        c.validate().unwrap();
+        c.tombstone_grace_ms = c.anti_entropy_interval_ms;
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("[kv] anti_entropy_interval_ms"), "{e}");
+        c.anti_entropy_interval_ms = 0;
         c.validate().unwrap();
         c.nodes.push("localhost:9".into());
         assert!(c.validate().unwrap_err().to_string().contains("[kv] nodes"));

@@ -1,7 +1,8 @@
 //! The local storage engine: one fjall keyspace mapping key bytes to
 //! [`Record`] bytes, with last-write-wins applied on every write, the
 //! `[kv] sync` durability policy, and a background thread that fsyncs
-//! (`interval_ms:N`) and purges tombstones older than the grace period.
+//! (`interval_ms:N`) and purges tombstones and expired values dead for
+//! longer than the grace period.
 //!
 //! Every call blocks on disk I/O; async callers run them on the blocking
 //! pool ([`crate::store`]). Not for: replication or timestamps (the
@@ -103,9 +104,9 @@ impl Engine {
                     if since_purge >= purge_every {
                         since_purge = Duration::ZERO;
                         let cutoff = now_ns().saturating_sub(tombstone_grace.as_nanos() as u64);
-                        match engine.purge_tombstones(cutoff) {
+                        match engine.purge(cutoff) {
                             Ok(0) => {}
-                            Ok(n) => tracing::debug!(purged = n, "kv: tombstones purged"),
+                            Ok(n) => tracing::debug!(purged = n, "kv: dead records purged"),
                             Err(e) => tracing::error!(error = %e, "kv: tombstone purge failed"),
                         }
                     }
@@ -148,8 +149,30 @@ impl Engine {
         Ok(stored)
     }
 
-    /// Live entries (tombstones skipped) with `start <= key < end`, in key
-    /// order, read lazily from a snapshot.
+    /// [`Engine::apply`] for many records, with one fsync at the end under
+    /// `sync = "always"` (anti-entropy's batches). Returns, per record,
+    /// whether it was stored.
+    pub fn apply_many(&self, records: &[(Bytes, Record)]) -> Result<Vec<bool>, KvError> {
+        let mut stored = Vec::with_capacity(records.len());
+        for (key, record) in records {
+            let _guard = self.stripe(key).lock();
+            let newer = match self.get(key)? {
+                Some(current) => record.supersedes(&current),
+                None => true,
+            };
+            if newer {
+                self.data.insert(key.as_ref(), record.encode().as_ref())?;
+            }
+            stored.push(newer);
+        }
+        if self.sync == SyncPolicy::Always && stored.contains(&true) {
+            self.db.persist(PersistMode::SyncData)?;
+        }
+        Ok(stored)
+    }
+
+    /// Live entries (tombstones and expired values skipped) with
+    /// `start <= key < end`, in key order, read lazily from a snapshot.
     pub fn range(
         &self,
         start: &[u8],
@@ -159,9 +182,10 @@ impl Engine {
             Some(e) => Bound::Excluded(e.to_vec()),
             None => Bound::Unbounded,
         };
+        let now = now_ns();
         self.data
             .range::<Vec<u8>, _>((Bound::Included(start.to_vec()), upper))
-            .filter_map(|guard| {
+            .filter_map(move |guard| {
                 let decoded = guard
                     .into_inner()
                     .map_err(KvError::from)
@@ -170,20 +194,33 @@ impl Engine {
                         Ok((Bytes::copy_from_slice(&k), r))
                     });
                 match decoded {
-                    Ok((_, r)) if r.tombstone => None,
+                    Ok((_, r)) if r.is_dead(now) => None,
                     Ok((k, r)) => Some(Ok((k, r.value))),
                     Err(e) => Some(Err(e)),
                 }
             })
     }
 
-    /// Removes tombstones stamped before `cutoff_ns`; returns how many.
-    pub fn purge_tombstones(&self, cutoff_ns: u64) -> Result<usize, KvError> {
+    /// Every stored record, tombstones and expired values included, in key
+    /// order, read lazily from a snapshot (anti-entropy's scan).
+    pub fn records(
+        &self,
+    ) -> impl Iterator<Item = Result<(Bytes, Record), KvError>> + Send + 'static {
+        self.data.iter().map(|guard| {
+            let (k, v) = guard.into_inner()?;
+            let r = Record::decode(Bytes::copy_from_slice(&v))?;
+            Ok((Bytes::copy_from_slice(&k), r))
+        })
+    }
+
+    /// Removes tombstones stamped, and values expired, before `cutoff_ns`;
+    /// returns how many.
+    pub fn purge(&self, cutoff_ns: u64) -> Result<usize, KvError> {
         let mut purged = 0;
         for guard in self.data.iter() {
             let (k, v) = guard.into_inner()?;
             let r = Record::decode(Bytes::copy_from_slice(&v))?;
-            if !(r.tombstone && r.timestamp < cutoff_ns) {
+            if r.dead_since().is_none_or(|t| t >= cutoff_ns) {
                 continue;
             }
             // Re-check under the key's lock: a newer write may have landed
@@ -317,28 +354,36 @@ mod tests {
     }
 
     #[test]
-    fn range_is_sorted_half_open_and_skips_tombstones() {
+    fn range_is_sorted_half_open_and_skips_tombstones_and_expired_values() {
         let dir = tempfile::tempdir().unwrap();
         let e = Engine::open(dir.path(), SyncPolicy::None).unwrap();
         for k in ["b", "a", "d", "c"] {
             e.apply(k.as_bytes(), &v(1, k)).unwrap();
         }
         e.apply(b"c", &Record::tombstone(2)).unwrap();
+        e.apply(b"bb", &v(2, "gone").with_expiry(3)).unwrap();
+        e.apply(b"bc", &v(2, "later").with_expiry(u64::MAX))
+            .unwrap();
         let got: Vec<_> = e.range(b"a", Some(b"d")).map(|r| r.unwrap().0).collect();
-        assert_eq!(got, vec!["a", "b"]);
+        assert_eq!(got, vec!["a", "b", "bc"]);
         let all: Vec<_> = e.range(b"b", None).map(|r| r.unwrap().0).collect();
-        assert_eq!(all, vec!["b", "d"]);
+        assert_eq!(all, vec!["b", "bc", "d"]);
+        assert_eq!(e.records().count(), 6, "the scan sees every record");
     }
 
     #[test]
-    fn only_tombstones_older_than_the_cutoff_are_purged() {
+    fn only_records_dead_before_the_cutoff_are_purged() {
         let dir = tempfile::tempdir().unwrap();
         let e = Arc::new(Engine::open(dir.path(), SyncPolicy::None).unwrap());
         e.apply(b"old", &Record::tombstone(10)).unwrap();
         e.apply(b"new", &Record::tombstone(100)).unwrap();
         e.apply(b"val", &v(5, "x")).unwrap();
-        assert_eq!(e.purge_tombstones(50).unwrap(), 1);
+        e.apply(b"ttl-old", &v(5, "x").with_expiry(40)).unwrap();
+        e.apply(b"ttl-new", &v(5, "x").with_expiry(60)).unwrap();
+        assert_eq!(e.purge(50).unwrap(), 2);
         assert_eq!(e.get(b"old").unwrap(), None);
+        assert_eq!(e.get(b"ttl-old").unwrap(), None);
+        assert!(e.get(b"ttl-new").unwrap().is_some());
         assert!(e.get(b"new").unwrap().is_some());
         assert!(e.get(b"val").unwrap().is_some());
 

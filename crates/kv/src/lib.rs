@@ -7,18 +7,23 @@
 //! nodes), [`engine`] (the local fjall store, last-write-wins), [`ring`]
 //! (rendezvous hashing), [`auth`] (HMAC on internal requests), [`client`]
 //! (pooled HTTP to peers), [`store`] (the coordinator: fan-out, quorum,
-//! read repair), [`hints`] (hinted handoff), [`metrics`] (counters),
+//! read repair), [`hints`] (hinted handoff), [`merkle`] (hash trees over
+//! key ranges), [`entry_stream`] (the format ranges are streamed in),
+//! [`anti_entropy`] (tree exchanges with peers), [`metrics`] (counters),
 //! [`watch`] (every accepted write published on the hub), [`api`] (the
 //! axum routes). This crate is not the HTTP server: limits, timeouts and
 //! the byte budget are applied by the binary's `[http]` server.
 
+pub mod anti_entropy;
 pub mod api;
 pub mod auth;
 pub mod client;
 pub mod config;
 pub mod engine;
+pub mod entry_stream;
 pub mod error;
 pub mod hints;
+pub mod merkle;
 pub mod metrics;
 pub mod record;
 pub mod ring;

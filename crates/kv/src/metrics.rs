@@ -1,7 +1,8 @@
 //! The KV store's counters, registered with the hub's Prometheus registry
 //! (so `/metrics` shows them as `tidegate_kv_…`): what the coordinator did
 //! that an operator needs to see — quorums missed, replicas failing, read
-//! repairs, and hinted handoff's backlog.
+//! repairs, hinted handoff's backlog, and what anti-entropy compared and
+//! repaired.
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -24,6 +25,17 @@ pub struct KvMetrics {
     pub hints_dropped: Counter,
     /// Keys with a pending hint, all replicas together.
     pub hints_pending: Gauge,
+    /// Anti-entropy exchanges with a peer that completed.
+    pub ae_exchanges: Counter,
+    /// Anti-entropy exchanges that failed (peer away, bad answer).
+    pub ae_failures: Counter,
+    /// Key ranges (tree leaves) compared with a peer.
+    pub ae_ranges_compared: Counter,
+    /// Key ranges found different and streamed.
+    pub ae_ranges_differing: Counter,
+    /// Keys repaired by anti-entropy: a newer version received and stored
+    /// here, or a stale version on the peer overwritten with ours.
+    pub ae_keys_repaired: Counter,
 }
 
 impl KvMetrics {
@@ -63,6 +75,31 @@ impl KvMetrics {
             "kv_hints_pending",
             "KV keys with a hint waiting for their replica",
             self.hints_pending.clone(),
+        );
+        hub.register(
+            "kv_ae_exchanges",
+            "KV anti-entropy exchanges with a peer that completed",
+            self.ae_exchanges.clone(),
+        );
+        hub.register(
+            "kv_ae_failures",
+            "KV anti-entropy exchanges that failed",
+            self.ae_failures.clone(),
+        );
+        hub.register(
+            "kv_ae_ranges_compared",
+            "KV key ranges (hash-tree leaves) compared with a peer by anti-entropy",
+            self.ae_ranges_compared.clone(),
+        );
+        hub.register(
+            "kv_ae_ranges_differing",
+            "KV key ranges found different and streamed by anti-entropy",
+            self.ae_ranges_differing.clone(),
+        );
+        hub.register(
+            "kv_ae_keys_repaired",
+            "KV keys repaired by anti-entropy (received newer, or pushed to a stale peer)",
+            self.ae_keys_repaired.clone(),
         );
     }
 }

@@ -1,14 +1,25 @@
 //! One stamped version of a key: a value or a tombstone, with the
-//! coordinator's write timestamp, and its byte format. The same bytes are
-//! stored in the engine and carried in internal replication requests, so
-//! a replica stores exactly what the coordinator stamped.
+//! coordinator's write timestamp, the number of replicas the write was
+//! sent to and, for a value written with `ttl_ms`, its expiry — and its
+//! byte format. The same bytes are stored in the engine and carried in
+//! internal replication requests, so a replica stores exactly what the
+//! coordinator stamped.
 //!
-//! Format: `[version = 1][flags][timestamp: u64 big-endian][value…]`;
-//! flag bit 0 marks a tombstone (whose value is empty).
+//! Format (version 2):
+//! `[version = 2][flags][replicas: u8][timestamp: u64 BE]([expires_at: u64 BE])[value…]`;
+//! flag bit 0 marks a tombstone (whose value is empty), flag bit 1 says
+//! `expires_at` follows (values only). `replicas` is the write's `from`
+//! (0 = unknown: every node), which anti-entropy needs to know where the
+//! key belongs. Version 1 (`[1][flags][timestamp][value…]`, written before
+//! TTL and anti-entropy existed) is still read, as `replicas = 0` and no
+//! expiry.
 //!
 //! Ordering (last-write-wins): the larger timestamp wins; on equal
-//! timestamps a tombstone wins over a value, then the larger value bytes
-//! win — so every replica picks the same winner whatever the arrival order.
+//! timestamps a tombstone wins over a value, then the larger value bytes,
+//! expiry and replica count win — so every replica picks the same winner
+//! whatever the arrival order. Expiry does not change the order: an expired
+//! value still wins over older versions (it reads as absent, like a
+//! tombstone stamped at its expiry).
 
 use std::cmp::Ordering;
 
@@ -16,21 +27,26 @@ use bytes::{BufMut, Bytes, BytesMut};
 use thiserror::Error;
 
 /// Format version written first in every record.
-pub const RECORD_VERSION: u8 = 1;
-/// Bytes before the value.
-pub const HEADER_BYTES: usize = 10;
+pub const RECORD_VERSION: u8 = 2;
+/// The previous version, still decoded.
+const RECORD_VERSION_1: u8 = 1;
+/// Bytes before the value (version 2, without `expires_at`).
+pub const HEADER_BYTES: usize = 11;
+/// Header bytes of version 1.
+const HEADER_BYTES_V1: usize = 10;
 const TOMBSTONE_FLAG: u8 = 1;
+const EXPIRES_FLAG: u8 = 2;
 
 /// A record's bytes cannot be read.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum RecordError {
     /// Fewer bytes than the header.
-    #[error("{0} bytes, shorter than the {HEADER_BYTES}-byte header")]
+    #[error("{0} bytes, shorter than the record header")]
     Short(usize),
     /// An unknown format version.
     #[error("unknown record version {0}")]
     Version(u8),
-    /// Unknown flag bits, or a tombstone carrying a value.
+    /// Unknown flag bits, or a tombstone carrying a value or an expiry.
     #[error("bad flags {0:#04x}")]
     Flags(u8),
 }
@@ -42,59 +58,152 @@ pub struct Record {
     pub timestamp: u64,
     /// A deletion marker; `value` is empty.
     pub tombstone: bool,
+    /// How many replicas the write was sent to (its `from`); 0 = unknown,
+    /// read as "every node".
+    pub replicas: u8,
+    /// When the value expires (ns since the Unix epoch); 0 = never.
+    pub expires_at: u64,
     /// The value (empty for a tombstone; may be empty for a value too).
     pub value: Bytes,
 }
 
 impl Record {
-    /// A value written at `timestamp`.
+    /// A value written at `timestamp`, never expiring, replica count unknown.
     pub fn value(timestamp: u64, value: Bytes) -> Self {
         Record {
             timestamp,
             tombstone: false,
+            replicas: 0,
+            expires_at: 0,
             value,
         }
     }
 
-    /// A deletion at `timestamp`.
+    /// A deletion at `timestamp`, replica count unknown.
     pub fn tombstone(timestamp: u64) -> Self {
         Record {
             timestamp,
             tombstone: true,
+            replicas: 0,
+            expires_at: 0,
             value: Bytes::new(),
+        }
+    }
+
+    /// The same record, marked as written to `from` replicas (saturated
+    /// at 255).
+    pub fn with_replicas(mut self, from: usize) -> Self {
+        self.replicas = from.min(u8::MAX as usize) as u8;
+        self
+    }
+
+    /// The same value, expiring at `expires_at` ns (0 = never). A
+    /// tombstone never expires: it is purged after the grace period.
+    pub fn with_expiry(mut self, expires_at: u64) -> Self {
+        if !self.tombstone {
+            self.expires_at = expires_at;
+        }
+        self
+    }
+
+    /// True when the record reads as absent at `now_ns`: a tombstone, or a
+    /// value past its expiry.
+    pub fn is_dead(&self, now_ns: u64) -> bool {
+        self.tombstone || (self.expires_at != 0 && self.expires_at <= now_ns)
+    }
+
+    /// When the record became (or becomes) dead: a tombstone's stamp, a
+    /// value's expiry; `None` for a value that never expires. Purging
+    /// counts the grace period from here.
+    pub fn dead_since(&self) -> Option<u64> {
+        if self.tombstone {
+            Some(self.timestamp)
+        } else if self.expires_at != 0 {
+            Some(self.expires_at)
+        } else {
+            None
         }
     }
 
     /// The record's bytes.
     pub fn encode(&self) -> Bytes {
-        let mut b = BytesMut::with_capacity(HEADER_BYTES + self.value.len());
+        let expires = self.expires_at != 0 && !self.tombstone;
+        let mut b = BytesMut::with_capacity(HEADER_BYTES + 8 + self.value.len());
         b.put_u8(RECORD_VERSION);
-        b.put_u8(if self.tombstone { TOMBSTONE_FLAG } else { 0 });
+        let mut flags = 0;
+        if self.tombstone {
+            flags |= TOMBSTONE_FLAG;
+        }
+        if expires {
+            flags |= EXPIRES_FLAG;
+        }
+        b.put_u8(flags);
+        b.put_u8(self.replicas);
         b.put_u64(self.timestamp);
+        if expires {
+            b.put_u64(self.expires_at);
+        }
         b.put_slice(&self.value);
         b.freeze()
     }
 
-    /// Reads a record; `bytes` is sliced, not copied.
+    /// Reads a record (version 2 or 1); `bytes` is sliced, not copied.
     pub fn decode(bytes: Bytes) -> Result<Self, RecordError> {
-        if bytes.len() < HEADER_BYTES {
-            return Err(RecordError::Short(bytes.len()));
+        let be64 = |b: &[u8]| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[..8]);
+            u64::from_be_bytes(a)
+        };
+        match bytes.first() {
+            None => Err(RecordError::Short(0)),
+            Some(&RECORD_VERSION) => {
+                if bytes.len() < HEADER_BYTES {
+                    return Err(RecordError::Short(bytes.len()));
+                }
+                let flags = bytes[1];
+                let tombstone = flags & TOMBSTONE_FLAG != 0;
+                let expires = flags & EXPIRES_FLAG != 0;
+                let header = HEADER_BYTES + if expires { 8 } else { 0 };
+                if flags & !(TOMBSTONE_FLAG | EXPIRES_FLAG) != 0
+                    || (tombstone && (expires || bytes.len() > HEADER_BYTES))
+                {
+                    return Err(RecordError::Flags(flags));
+                }
+                if bytes.len() < header {
+                    return Err(RecordError::Short(bytes.len()));
+                }
+                let expires_at = if expires { be64(&bytes[11..19]) } else { 0 };
+                if expires && expires_at == 0 {
+                    // 0 means "never": written without the flag.
+                    return Err(RecordError::Flags(flags));
+                }
+                Ok(Record {
+                    timestamp: be64(&bytes[3..11]),
+                    tombstone,
+                    replicas: bytes[2],
+                    expires_at,
+                    value: bytes.slice(header..),
+                })
+            }
+            Some(&RECORD_VERSION_1) => {
+                if bytes.len() < HEADER_BYTES_V1 {
+                    return Err(RecordError::Short(bytes.len()));
+                }
+                let flags = bytes[1];
+                let tombstone = flags == TOMBSTONE_FLAG;
+                if flags & !TOMBSTONE_FLAG != 0 || (tombstone && bytes.len() > HEADER_BYTES_V1) {
+                    return Err(RecordError::Flags(flags));
+                }
+                Ok(Record {
+                    timestamp: be64(&bytes[2..10]),
+                    tombstone,
+                    replicas: 0,
+                    expires_at: 0,
+                    value: bytes.slice(HEADER_BYTES_V1..),
+                })
+            }
+            Some(&v) => Err(RecordError::Version(v)),
         }
-        if bytes[0] != RECORD_VERSION {
-            return Err(RecordError::Version(bytes[0]));
-        }
-        let flags = bytes[1];
-        let tombstone = flags == TOMBSTONE_FLAG;
-        if flags & !TOMBSTONE_FLAG != 0 || (tombstone && bytes.len() > HEADER_BYTES) {
-            return Err(RecordError::Flags(flags));
-        }
-        let mut ts = [0u8; 8];
-        ts.copy_from_slice(&bytes[2..HEADER_BYTES]);
-        Ok(Record {
-            timestamp: u64::from_be_bytes(ts),
-            tombstone,
-            value: bytes.slice(HEADER_BYTES..),
-        })
     }
 
     /// Last-write-wins order: `Greater` means `self` wins over `other`.
@@ -103,6 +212,8 @@ impl Record {
             .cmp(&other.timestamp)
             .then(self.tombstone.cmp(&other.tombstone))
             .then_with(|| self.value.cmp(&other.value))
+            .then(self.expires_at.cmp(&other.expires_at))
+            .then(self.replicas.cmp(&other.replicas))
     }
 
     /// True when `self` should replace `other`.
@@ -120,14 +231,17 @@ mod tests {
         (
             any::<u64>(),
             any::<bool>(),
+            any::<u8>(),
+            prop_oneof![Just(0u64), any::<u64>()],
             proptest::collection::vec(any::<u8>(), 0..512),
         )
-            .prop_map(|(ts, tomb, v)| {
-                if tomb {
+            .prop_map(|(ts, tomb, replicas, expires, v)| {
+                let r = if tomb {
                     Record::tombstone(ts)
                 } else {
-                    Record::value(ts, Bytes::from(v))
-                }
+                    Record::value(ts, Bytes::from(v)).with_expiry(expires)
+                };
+                r.with_replicas(replicas as usize)
             })
     }
 
@@ -141,7 +255,13 @@ mod tests {
         fn arbitrary_bytes_never_panic_and_valid_ones_round_trip(b in proptest::collection::vec(any::<u8>(), 0..64)) {
             let b = Bytes::from(b);
             if let Ok(r) = Record::decode(b.clone()) {
-                prop_assert_eq!(r.encode(), b);
+                // Version 2 bytes come back as they were; version 1 bytes
+                // come back as the same record in version 2.
+                if b[0] == RECORD_VERSION {
+                    prop_assert_eq!(r.encode(), b);
+                } else {
+                    prop_assert_eq!(Record::decode(r.encode()).unwrap(), r);
+                }
             }
         }
 
@@ -149,6 +269,9 @@ mod tests {
         fn lww_is_a_total_order_every_replica_agrees_on(a in any_record(), b in any_record()) {
             prop_assert_eq!(a.lww_cmp(&b), b.lww_cmp(&a).reverse());
             prop_assert!(!(a.supersedes(&b) && b.supersedes(&a)));
+            if a.lww_cmp(&b) == Ordering::Equal {
+                prop_assert_eq!(a, b);
+            }
         }
     }
 
@@ -160,12 +283,16 @@ mod tests {
             .supersedes(&Record::value(5, Bytes::from_static(b"a"))));
         assert!(Record::value(6, Bytes::new()).supersedes(&Record::tombstone(5)));
         assert!(!Record::tombstone(5).supersedes(&Record::tombstone(5)));
+        let expiring = Record::value(7, Bytes::from_static(b"x")).with_expiry(8);
+        assert!(expiring.supersedes(&Record::value(6, Bytes::from_static(b"y"))));
+        assert!(expiring.is_dead(8) && !expiring.is_dead(7));
+        assert_eq!(expiring.dead_since(), Some(8));
     }
 
     #[test]
     fn malformed_records_are_refused() {
         assert_eq!(
-            Record::decode(Bytes::from_static(b"\x01\x00")),
+            Record::decode(Bytes::from_static(b"\x02\x00")),
             Err(RecordError::Short(2))
         );
         let mut b = Record::value(1, Bytes::from_static(b"x")).encode().to_vec();
@@ -174,8 +301,32 @@ mod tests {
             Record::decode(Bytes::from(b.clone())),
             Err(RecordError::Version(9))
         );
-        b[0] = 1;
+        b[0] = RECORD_VERSION;
         b[1] = 1; // a tombstone with a value
-        assert_eq!(Record::decode(Bytes::from(b)), Err(RecordError::Flags(1)));
+        assert_eq!(
+            Record::decode(Bytes::from(b.clone())),
+            Err(RecordError::Flags(1))
+        );
+        b[1] = 2; // an expiry flag without the 8 bytes
+        assert_eq!(Record::decode(Bytes::from(b)), Err(RecordError::Short(12)));
+        let mut t = Record::tombstone(1).encode().to_vec();
+        t[1] = 3; // a tombstone with an expiry
+        t.extend_from_slice(&5u64.to_be_bytes());
+        assert_eq!(Record::decode(Bytes::from(t)), Err(RecordError::Flags(3)));
+    }
+
+    #[test]
+    fn version_1_records_are_still_read() {
+        let mut v1 = vec![1u8, 0];
+        v1.extend_from_slice(&42u64.to_be_bytes());
+        v1.extend_from_slice(b"old");
+        let r = Record::decode(Bytes::from(v1)).unwrap();
+        assert_eq!(r, Record::value(42, Bytes::from_static(b"old")));
+        let mut t1 = vec![1u8, 1];
+        t1.extend_from_slice(&43u64.to_be_bytes());
+        assert_eq!(
+            Record::decode(Bytes::from(t1)).unwrap(),
+            Record::tombstone(43)
+        );
     }
 }

@@ -15,6 +15,14 @@
 //! Read repair: after a read, every replica seen with an older version (or
 //! none) is sent the newest one in the background — also those that answer
 //! after the client got its response, within the replica timeout.
+//!
+//! Anti-entropy ([`crate::anti_entropy`]) runs beside, started here when
+//! the cluster has more than one node and `[kv] anti_entropy_interval_ms`
+//! is not 0.
+//!
+//! A write carries its `from` (so anti-entropy knows where the key
+//! belongs) and, with a TTL, its expiry; a value past its expiry reads as
+//! absent.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,6 +32,7 @@ use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tidegate_hub::Hub;
 
+use crate::anti_entropy::AntiEntropy;
 use crate::client::ReplicaClient;
 use crate::config::KvConfig;
 use crate::engine::{now_ns, Engine};
@@ -49,6 +58,7 @@ struct Inner {
     last_stamp: AtomicU64,
     hub: Option<Hub>,
     hints: Arc<Hints>,
+    anti_entropy: Arc<AntiEntropy>,
     metrics: KvMetrics,
 }
 
@@ -82,6 +92,19 @@ impl KvStore {
         if ring.len() > 1 {
             Hints::spawn_replay(&hints, client.clone(), ring.self_index(), replica_timeout);
         }
+        let ae_interval = Duration::from_millis(config.anti_entropy_interval_ms);
+        let anti_entropy = Arc::new(AntiEntropy::new(
+            engine.clone(),
+            ring.clone(),
+            client.clone(),
+            metrics.clone(),
+            Duration::from_millis(config.tombstone_grace_ms),
+            replica_timeout,
+            ae_interval,
+        ));
+        if ring.len() > 1 && !ae_interval.is_zero() {
+            AntiEntropy::spawn(&anti_entropy, ae_interval);
+        }
         Ok(KvStore {
             inner: Arc::new(Inner {
                 engine,
@@ -92,6 +115,7 @@ impl KvStore {
                 last_stamp: AtomicU64::new(0),
                 hub,
                 hints,
+                anti_entropy,
                 metrics,
             }),
         })
@@ -115,6 +139,12 @@ impl KvStore {
     /// The local engine.
     pub fn engine(&self) -> &Arc<Engine> {
         &self.inner.engine
+    }
+
+    /// This node's side of anti-entropy (the internal tree and entries
+    /// requests are served by it).
+    pub fn anti_entropy(&self) -> &Arc<AntiEntropy> {
+        &self.inner.anti_entropy
     }
 
     /// A timestamp later than every one this process gave before: the
@@ -146,7 +176,7 @@ impl KvStore {
     }
 
     /// A client GET: the newest version among the first `ack` replicas of
-    /// `from` that answer; `None` for absent or deleted. Replicas seen
+    /// `from` that answer; `None` for absent, deleted or expired. Replicas seen
     /// holding an older version (or none), and those answering after the
     /// quorum, are then brought up to date in the background (read repair).
     pub async fn get(&self, key: Bytes, ack: usize, from: usize) -> Result<Option<Bytes>, KvError> {
@@ -189,7 +219,7 @@ impl KvStore {
         if let Some(newest) = &newest {
             self.spawn_read_repair(key, newest.clone(), seen, pending);
         }
-        Ok(newest.filter(|r| !r.tombstone).map(|r| r.value))
+        Ok(newest.filter(|r| !r.is_dead(now_ns())).map(|r| r.value))
     }
 
     /// This node's or a peer's own version of `key`.
@@ -263,12 +293,14 @@ impl KvStore {
         }
     }
 
-    /// A client PUT (`Some(value)`) or DELETE (`None`): stamps the write,
-    /// sends it to the `from` replicas and returns once `ack` stored it.
+    /// A client PUT (`Some(value)`, expiring `ttl` after its stamp when
+    /// given) or DELETE (`None`): stamps the write, sends it to the `from`
+    /// replicas and returns once `ack` stored it.
     pub async fn write(
         &self,
         key: Bytes,
         value: Option<Bytes>,
+        ttl: Option<Duration>,
         ack: usize,
         from: usize,
     ) -> Result<(), KvError> {
@@ -277,6 +309,10 @@ impl KvStore {
             Some(v) => Record::value(ts, v),
             None => Record::tombstone(ts),
         };
+        let expires_at = ttl.map_or(0, |t| {
+            ts.saturating_add(t.as_nanos().min(u64::MAX as u128) as u64)
+        });
+        let record = record.with_replicas(from).with_expiry(expires_at);
         let mut pending: FuturesUnordered<_> = self
             .inner
             .ring

@@ -1,0 +1,424 @@
+//! Anti-entropy: every `[kv] anti_entropy_interval_ms`, this node compares
+//! a hash tree of the data it shares with each peer ([`crate::merkle`])
+//! against the peer's tree of the same data, and pulls only the key ranges
+//! (tree leaves) that differ, applying each received record with
+//! last-write-wins. A node whose data directory was wiped thus gets back
+//! every key it replicates without any client reading them.
+//!
+//! What a pair of nodes shares: a key both are replicas of under the
+//! record's own `from` ([`Record::replicas`]); a write with `from=1` is
+//! never copied anywhere by anti-entropy. Records dead for longer than the
+//! tombstone grace period (about to be purged) are left out on both sides,
+//! so a purge on one node and not yet on the other is not a difference.
+//!
+//! One exchange, started by the node that pulls:
+//! 1. `GET /v0/internal/tree?peer=<me>&root=<hex>` — the peer answers 204
+//!    when its root equals ours (nothing differs: 8 bytes were compared),
+//!    or 200 with its tree's leaves ([`crate::merkle::TREE_BYTES`]).
+//! 2. `POST /v0/internal/entries?peer=<me>` with the differing leaves —
+//!    the peer streams its records in those ranges
+//!    ([`crate::entry_stream`]), read and applied in bounded batches.
+//! 3. A received record older than ours means the peer is stale: ours is
+//!    written back to it (like read repair), at most
+//!    [`MAX_PUSH_BACKS`] per exchange.
+//!
+//! Pulls go both ways because every node runs its own passes. Memory is
+//! bounded: a tree is [`crate::merkle::LEAVES`] hashes per peer whatever
+//! the data size, a stream holds one partial frame and one apply batch.
+//! Cost: a tree build is one scan of the local data (shared by all peers,
+//! cached for half an interval), and serving the entries of some ranges is
+//! one more scan (keys are stored in key order, ranges are hash slices).
+//! Requests are signed like every internal request ([`crate::auth`]).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use http_body_util::{BodyExt, Limited};
+use hyper::{Method, StatusCode};
+
+use crate::client::{percent_encode, ReplicaClient, MAX_RECORD_RESPONSE_BYTES};
+use crate::engine::{now_ns, Engine};
+use crate::entry_stream::{encode_entry, EntryDecoder};
+use crate::error::KvError;
+use crate::merkle::{decode_leaves, encode_leaves, leaf_of, MerkleTree, LEAVES, TREE_BYTES};
+use crate::metrics::KvMetrics;
+use crate::record::Record;
+use crate::ring::Ring;
+
+/// Path of the tree request.
+pub const TREE_PATH: &str = "/v0/internal/tree";
+/// Path of the entries request.
+pub const ENTRIES_PATH: &str = "/v0/internal/entries";
+/// Most stale peer keys overwritten with ours in one exchange; the rest
+/// wait for the next pass.
+pub const MAX_PUSH_BACKS: usize = 10_000;
+/// Longest wait for a tree, or for the next piece of an entries stream
+/// (the peer may be scanning a large store between two matching keys).
+const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bytes of entries gathered into one chunk of the response stream.
+const STREAM_CHUNK_BYTES: usize = 64 * 1024;
+/// Chunks buffered between the scanning thread and the socket.
+const STREAM_CHANNEL_CHUNKS: usize = 16;
+/// Received entries applied together (one blocking call, one fsync).
+const APPLY_BATCH_ENTRIES: usize = 256;
+/// Received bytes that also close a batch.
+const APPLY_BATCH_BYTES: usize = 4 * 1024 * 1024;
+/// Age of our own trees past which they are built again, when
+/// anti-entropy is off here (we still answer peers that run it).
+const TREE_MAX_AGE_WHEN_OFF: Duration = Duration::from_secs(60);
+
+/// This node's side of anti-entropy: its trees, what it serves to peers,
+/// and the passes it runs.
+pub struct AntiEntropy {
+    engine: Arc<Engine>,
+    ring: Ring,
+    client: ReplicaClient,
+    metrics: KvMetrics,
+    grace_ns: u64,
+    replica_timeout: Duration,
+    tree_max_age: Duration,
+    /// Our trees, one per node index (our own slot stays empty), and when
+    /// they were built. An async lock: one build at a time, the others wait
+    /// for it and share it.
+    trees: tokio::sync::Mutex<Option<(Instant, Arc<Vec<MerkleTree>>)>>,
+}
+
+impl AntiEntropy {
+    /// Anti-entropy for this node. `interval` 0 means no passes of our
+    /// own (peers are still answered).
+    pub fn new(
+        engine: Arc<Engine>,
+        ring: Ring,
+        client: ReplicaClient,
+        metrics: KvMetrics,
+        tombstone_grace: Duration,
+        replica_timeout: Duration,
+        interval: Duration,
+    ) -> Self {
+        let tree_max_age = if interval.is_zero() {
+            TREE_MAX_AGE_WHEN_OFF
+        } else {
+            interval / 2
+        };
+        AntiEntropy {
+            engine,
+            ring,
+            client,
+            metrics,
+            grace_ns: tombstone_grace.as_nanos().min(u64::MAX as u128) as u64,
+            replica_timeout,
+            tree_max_age,
+            trees: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The node index of peer URL `url`, when it is another node of the
+    /// cluster.
+    pub fn peer_index(&self, url: &str) -> Option<usize> {
+        (0..self.ring.len()).find(|&i| i != self.ring.self_index() && self.ring.url(i) == url)
+    }
+
+    /// Runs a pass with every peer every `interval`, for as long as `ae`
+    /// lives (the task holds only a weak reference between passes).
+    pub fn spawn(ae: &Arc<AntiEntropy>, interval: Duration) {
+        let weak = Arc::downgrade(ae);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(interval).await;
+                let Some(ae) = weak.upgrade() else { return };
+                ae.pass().await;
+            }
+        });
+    }
+
+    /// One exchange with every peer, one after the other.
+    pub async fn pass(&self) {
+        for peer in 0..self.ring.len() {
+            if peer == self.ring.self_index() {
+                continue;
+            }
+            match self.exchange(peer).await {
+                Ok(()) => {
+                    self.metrics.ae_exchanges.inc();
+                }
+                Err(e) => {
+                    self.metrics.ae_failures.inc();
+                    tracing::debug!(peer = self.ring.url(peer), error = %e, "kv: anti-entropy exchange failed");
+                }
+            }
+        }
+    }
+
+    /// Our trees, built again when older than the maximum age.
+    async fn trees(&self) -> Result<Arc<Vec<MerkleTree>>, KvError> {
+        let mut cache = self.trees.lock().await;
+        if let Some((built, trees)) = cache.as_ref() {
+            if built.elapsed() < self.tree_max_age {
+                return Ok(trees.clone());
+            }
+        }
+        let (engine, ring, grace_ns) = (self.engine.clone(), self.ring.clone(), self.grace_ns);
+        let trees = tokio::task::spawn_blocking(move || build_trees(&engine, &ring, grace_ns))
+            .await
+            .map_err(|e| KvError::Task(e.to_string()))??;
+        let trees = Arc::new(trees);
+        *cache = Some((Instant::now(), trees.clone()));
+        Ok(trees)
+    }
+
+    /// Serves a tree request: `None` when our root for `peer` is `root`.
+    pub async fn tree_for(
+        &self,
+        peer: usize,
+        root: Option<u64>,
+    ) -> Result<Option<MerkleTree>, KvError> {
+        let trees = self.trees().await?;
+        let tree = &trees[peer];
+        Ok((root != Some(tree.root())).then(|| tree.clone()))
+    }
+
+    /// Serves an entries request: our records in `leaves` that `peer`
+    /// shares, as a stream of chunks of frames. The scan runs on the
+    /// blocking pool and waits for the socket (a bounded channel); a peer
+    /// that goes away ends it.
+    pub fn entries_for(
+        &self,
+        peer: usize,
+        leaves: &[u16],
+    ) -> tokio::sync::mpsc::Receiver<Result<Bytes, KvError>> {
+        let (tx, rx) = tokio::sync::mpsc::channel(STREAM_CHANNEL_CHUNKS);
+        let wanted = leaf_set(leaves);
+        let (engine, ring, grace_ns) = (self.engine.clone(), self.ring.clone(), self.grace_ns);
+        tokio::task::spawn_blocking(move || {
+            let cutoff = now_ns().saturating_sub(grace_ns);
+            let mut chunk = BytesMut::new();
+            for entry in engine.records() {
+                let (key, record) = match entry {
+                    Ok(e) => e,
+                    Err(e) => {
+                        let _ = tx.blocking_send(Err(e));
+                        return;
+                    }
+                };
+                if !wanted[leaf_of(&key)]
+                    || !visible(&record, cutoff)
+                    || !shared(&ring, &key, &record, peer)
+                {
+                    continue;
+                }
+                encode_entry(&key, &record, &mut chunk);
+                if chunk.len() >= STREAM_CHUNK_BYTES
+                    && tx.blocking_send(Ok(chunk.split().freeze())).is_err()
+                {
+                    return;
+                }
+            }
+            if !chunk.is_empty() {
+                let _ = tx.blocking_send(Ok(chunk.freeze()));
+            }
+        });
+        rx
+    }
+
+    /// One exchange with `peer`: compare trees, pull the differing ranges,
+    /// write ours back where the peer is stale.
+    async fn exchange(&self, peer: usize) -> Result<(), String> {
+        let url = self.ring.url(peer).to_owned();
+        let me = percent_encode(self.ring.url(self.ring.self_index()).as_bytes());
+        let trees = self.trees().await.map_err(|e| e.to_string())?;
+        let mine = &trees[peer];
+
+        let path = format!("{TREE_PATH}?peer={me}&root={:016x}", mine.root());
+        let resp = self.request(&url, Method::GET, &path, Bytes::new()).await?;
+        self.metrics.ae_ranges_compared.inc_by(LEAVES as u64);
+        let theirs = match resp.status() {
+            StatusCode::NO_CONTENT => return Ok(()),
+            StatusCode::OK => {
+                let body = tokio::time::timeout(
+                    STREAM_IDLE_TIMEOUT,
+                    Limited::new(resp.into_body(), TREE_BYTES).collect(),
+                )
+                .await
+                .map_err(|_| "tree body timed out".to_owned())?
+                .map_err(|e| format!("tree body: {e}"))?
+                .to_bytes();
+                MerkleTree::decode(&body).map_err(|e| e.to_string())?
+            }
+            status => return Err(format!("tree request answered {status}")),
+        };
+        let differing = mine.differing_leaves(&theirs);
+        if differing.is_empty() {
+            return Ok(());
+        }
+        self.metrics
+            .ae_ranges_differing
+            .inc_by(differing.len() as u64);
+        tracing::debug!(
+            peer = %url,
+            ranges = differing.len(),
+            "kv: anti-entropy pulls differing ranges"
+        );
+
+        let path = format!("{ENTRIES_PATH}?peer={me}");
+        let resp = self
+            .request(&url, Method::POST, &path, encode_leaves(&differing))
+            .await?;
+        if resp.status() != StatusCode::OK {
+            return Err(format!("entries request answered {}", resp.status()));
+        }
+        let wanted = leaf_set(&differing);
+        let decoder = EntryDecoder::new(MAX_RECORD_RESPONSE_BYTES);
+        let (mut body, mut buf) = (resp.into_body(), BytesMut::new());
+        let (mut batch, mut batch_bytes) = (Vec::new(), 0usize);
+        let mut stale_peer = Vec::new();
+        loop {
+            let frame = tokio::time::timeout(STREAM_IDLE_TIMEOUT, body.frame())
+                .await
+                .map_err(|_| "entries stream stalled".to_owned())?;
+            let ended = match frame {
+                None => true,
+                Some(Err(e)) => return Err(format!("entries stream: {e}")),
+                Some(Ok(f)) => {
+                    if let Ok(data) = f.into_data() {
+                        buf.extend_from_slice(&data);
+                    }
+                    false
+                }
+            };
+            while let Some((key, record)) = decoder.decode(&mut buf).map_err(|e| e.to_string())? {
+                if !wanted[leaf_of(&key)] {
+                    return Err("the peer sent an entry outside the asked ranges".into());
+                }
+                batch_bytes += key.len() + record.value.len();
+                batch.push((key, record));
+            }
+            if ended || batch.len() >= APPLY_BATCH_ENTRIES || batch_bytes >= APPLY_BATCH_BYTES {
+                let taken = std::mem::take(&mut batch);
+                batch_bytes = 0;
+                self.apply_batch(taken, &mut stale_peer).await?;
+            }
+            if ended {
+                decoder.finish(&buf).map_err(|e| e.to_string())?;
+                break;
+            }
+        }
+        for (key, record) in stale_peer {
+            let sent = self.client.put(&url, &key, &record);
+            if let Ok(Ok(())) = tokio::time::timeout(self.replica_timeout, sent).await {
+                self.metrics.ae_keys_repaired.inc();
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies received records; notes in `stale_peer` our newer versions
+    /// of the keys the peer sent older ones of.
+    async fn apply_batch(
+        &self,
+        batch: Vec<(Bytes, Record)>,
+        stale_peer: &mut Vec<(Bytes, Record)>,
+    ) -> Result<(), String> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let engine = self.engine.clone();
+        let room = MAX_PUSH_BACKS.saturating_sub(stale_peer.len());
+        let (repaired, newer) = tokio::task::spawn_blocking(move || {
+            let stored = engine.apply_many(&batch)?;
+            let mut newer = Vec::new();
+            for ((key, theirs), stored) in batch.into_iter().zip(&stored) {
+                if *stored || newer.len() >= room {
+                    continue;
+                }
+                if let Some(ours) = engine.get(&key)? {
+                    if ours.supersedes(&theirs) {
+                        newer.push((key, ours));
+                    }
+                }
+            }
+            let repaired = stored.iter().filter(|s| **s).count();
+            Ok::<_, KvError>((repaired, newer))
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+        self.metrics.ae_keys_repaired.inc_by(repaired as u64);
+        stale_peer.extend(newer);
+        Ok(())
+    }
+
+    /// A signed request, bounded by [`STREAM_IDLE_TIMEOUT`] until the head.
+    async fn request(
+        &self,
+        url: &str,
+        method: Method,
+        path: &str,
+        body: Bytes,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, String> {
+        let sent = self.client.signed(url, method, path, body);
+        tokio::time::timeout(STREAM_IDLE_TIMEOUT, sent)
+            .await
+            .map_err(|_| format!("{url}: no answer in time"))?
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Builds our tree for every peer in one scan (blocking).
+fn build_trees(engine: &Engine, ring: &Ring, grace_ns: u64) -> Result<Vec<MerkleTree>, KvError> {
+    let me = ring.self_index();
+    let mut trees = vec![MerkleTree::default(); ring.len()];
+    let cutoff = now_ns().saturating_sub(grace_ns);
+    for entry in engine.records() {
+        let (key, record) = entry?;
+        if !visible(&record, cutoff) {
+            continue;
+        }
+        let owners = owners(ring, &key, &record);
+        if !owners.contains(&me) {
+            continue;
+        }
+        for peer in owners {
+            if peer != me {
+                trees[peer].add(&key, &record);
+            }
+        }
+    }
+    Ok(trees)
+}
+
+/// The replicas of `key` under the record's own `from` (every node when
+/// unknown).
+fn owners(ring: &Ring, key: &[u8], record: &Record) -> Vec<usize> {
+    let from = match record.replicas as usize {
+        0 => ring.len(),
+        n => n.min(ring.len()),
+    };
+    ring.replicas(key, from)
+}
+
+/// Whether this node and `peer` are both replicas of `key`.
+fn shared(ring: &Ring, key: &[u8], record: &Record, peer: usize) -> bool {
+    let owners = owners(ring, key, record);
+    owners.contains(&ring.self_index()) && owners.contains(&peer)
+}
+
+/// False for a record dead since before `cutoff`: the purge may remove it
+/// any moment, so anti-entropy treats it as gone already.
+fn visible(record: &Record, cutoff: u64) -> bool {
+    record.dead_since().is_none_or(|t| t >= cutoff)
+}
+
+/// A leaf list as a lookup table.
+fn leaf_set(leaves: &[u16]) -> Vec<bool> {
+    let mut set = vec![false; LEAVES];
+    for &l in leaves {
+        set[l as usize] = true;
+    }
+    set
+}
+
+/// Reads an entries request's body (the differing leaves).
+pub fn parse_leaves(body: &[u8]) -> Result<Vec<u16>, String> {
+    decode_leaves(body).map_err(|e| e.to_string())
+}
