@@ -68,6 +68,17 @@ impl ClientTls {
         Ok(ClientTls::new(config))
     }
 
+    /// Runs the TLS handshake on `tcp`, verifying the server's certificate
+    /// for `addr`'s IP address (what the HTTP transport's connection rides).
+    pub async fn wrap(
+        &self,
+        addr: std::net::SocketAddr,
+        tcp: tokio::net::TcpStream,
+    ) -> io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+        let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+        self.connector.connect(name, tcp).await
+    }
+
     /// Connects over TLS and runs the RAW set-up.
     pub async fn connect(
         &self,
@@ -77,8 +88,7 @@ impl ClientTls {
     ) -> Result<RawClient<DynStream>, ClientError> {
         let tcp = tokio::net::TcpStream::connect(addr).await?;
         tcp.set_nodelay(true)?;
-        let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
-        let tls = self.connector.connect(name, tcp).await?;
+        let tls = self.wrap(addr, tcp).await?;
         RawClient::handshake_on(Box::new(tls) as DynStream, port_id, opts).await
     }
 }

@@ -1,7 +1,9 @@
 //! The HTTP transport and discovery with the crate's own client and plain
 //! HTTP requests: discovery body, peers, create/flow-files/commit, TTL
 //! extension, cancel, bad checksum, unknown port and transaction, output
-//! port with checksum check.
+//! port with checksum check; and the requests NiFi refuses (wrong `Accept`
+//! or `Content-Type`, no protocol version, unknown or expired transaction)
+//! refused the same way.
 
 mod common;
 
@@ -22,8 +24,24 @@ fn pkt(content: &[u8]) -> DataPacket {
     }
 }
 
-/// A bare HTTP/1.1 request over a fresh connection; returns status and body.
+const VERSION: (&str, &str) = ("x-nifi-site-to-site-protocol-version", "1");
+
+/// A bare HTTP/1.1 request with the protocol version header NiFi requires.
 async fn req(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String, String) {
+    let mut all = vec![VERSION];
+    all.extend_from_slice(headers);
+    req_exact(addr, method, path, &all, body).await
+}
+
+/// A bare HTTP/1.1 request over a fresh connection with exactly `headers`;
+/// returns status, head and body.
+async fn req_exact(
     addr: std::net::SocketAddr,
     method: &str,
     path: &str,
@@ -74,16 +92,9 @@ async fn discovery_lists_ports_and_raw_port() {
     let (st, _, body) = req(srv.http, "GET", "/nifi-api/controller", &[], b"").await;
     assert_eq!(st, 200);
     assert!(body.contains("\"remoteSiteListeningPort\""));
-    let (st, _, _) = req(srv.http, "GET", "/nifi-api/site-to-site/peers", &[], b"").await;
+    let (st, _, _) = req_exact(srv.http, "GET", "/nifi-api/site-to-site/peers", &[], b"").await;
     assert_eq!(st, 400, "peers needs the protocol version header");
-    let (st, _, body) = req(
-        srv.http,
-        "GET",
-        "/nifi-api/site-to-site/peers",
-        &[("x-nifi-site-to-site-protocol-version", "1")],
-        b"",
-    )
-    .await;
+    let (st, _, body) = req(srv.http, "GET", "/nifi-api/site-to-site/peers", &[], b"").await;
     assert_eq!(st, 200);
     assert!(
         body.contains(&format!("\"port\":{}", srv.http.port())),
@@ -256,4 +267,195 @@ async fn output_port_over_http_checks_the_checksum() {
     assert_eq!(st, 200, "{body}");
     assert!(body.contains("\"flowFileSent\":1"), "{body}");
     assert!(srv.ports.outputs()[0].is_empty());
+}
+
+/// Opens a transaction on input port `id` with plain requests; its path.
+async fn open_tx(addr: std::net::SocketAddr, id: &str) -> String {
+    let base = format!("/nifi-api/data-transfer/input-ports/{id}/transactions");
+    let (st, head, body) = req(addr, "POST", &base, &[("accept", "application/json")], b"").await;
+    assert_eq!(st, 201, "{body}");
+    location(&head)
+}
+
+#[tokio::test]
+async fn requests_nifi_refuses_are_refused_the_same_way() {
+    let hub = Hub::default();
+    let sub = hub.subscribe("s2s.input").unwrap();
+    let srv = start(test_config(), hub.clone()).await;
+    let id = srv.ports.inputs()[0].id.clone();
+    let base = format!("/nifi-api/data-transfer/input-ports/{id}/transactions");
+    let mut packets = BytesMut::new();
+    encode_packet(&pkt(b"strict"), &mut packets);
+    let octets = ("content-type", "application/octet-stream");
+
+    // No protocol version: 400 with an ABORT entity, no transaction made.
+    let (st, _, body) = req_exact(srv.http, "POST", &base, &[], b"").await;
+    assert_eq!(st, 400, "{body}");
+    assert!(
+        body.contains("Protocol version was not specified"),
+        "{body}"
+    );
+    assert!(body.contains("\"responseCode\":250"), "{body}");
+    // Creating a transaction produces JSON: text/plain only is 406.
+    let (st, _, _) = req(srv.http, "POST", &base, &[("accept", "text/plain")], b"").await;
+    assert_eq!(st, 406);
+
+    let tx = open_tx(srv.http, &id).await;
+    let flow_files = format!("{tx}/flow-files");
+    // The flow-files POST produces text/plain: the Accept the bench once
+    // sent (JSON only) is what NiFi answers 406 to.
+    let json = ("accept", "application/json");
+    let (st, _, _) = req(srv.http, "POST", &flow_files, &[json, octets], &packets).await;
+    assert_eq!(st, 406);
+    // It consumes octet-stream.
+    let (st, _, _) = req(
+        srv.http,
+        "POST",
+        &flow_files,
+        &[("content-type", "application/json")],
+        &packets,
+    )
+    .await;
+    assert_eq!(st, 415);
+    // Both refusals left the transaction as it was: NiFi's client headers work.
+    let (st, _, body) = req(
+        srv.http,
+        "POST",
+        &flow_files,
+        &[("accept", "text/plain"), octets],
+        &packets,
+    )
+    .await;
+    assert_eq!(st, 202, "{body}");
+    // Commit consumes octet-stream and produces JSON.
+    let commit = format!("{tx}?responseCode=12");
+    let (st, _, _) = req(
+        srv.http,
+        "DELETE",
+        &commit,
+        &[("accept", "text/plain")],
+        b"",
+    )
+    .await;
+    assert_eq!(st, 406);
+    let (st, _, _) = req_exact(srv.http, "DELETE", &commit, &[], b"").await;
+    assert_eq!(st, 400, "commit without the protocol version");
+    let (st, _, body) = req(srv.http, "DELETE", &commit, &[json], b"").await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(sub.recv().await.unwrap().payload, &b"strict"[..]);
+
+    // An unknown transaction: 404 + ABORT on every verb.
+    let ghost = format!("{base}/00000000-0000-0000-0000-000000000000");
+    for (method, path) in [
+        ("PUT", ghost.clone()),
+        ("POST", format!("{ghost}/flow-files")),
+        ("DELETE", format!("{ghost}?responseCode=12")),
+    ] {
+        let (st, _, body) = req(srv.http, method, &path, &[octets], &packets).await;
+        assert_eq!(st, 404, "{method} {path}: {body}");
+        assert!(body.contains("Transaction was not found"), "{body}");
+    }
+}
+
+#[tokio::test]
+async fn an_expired_transaction_is_unknown_to_every_request() {
+    let hub = Hub::default();
+    let sub = hub.subscribe("s2s.input").unwrap();
+    let mut config = test_config();
+    config.http_transaction_ttl_secs = 1;
+    let srv = start(config, hub.clone()).await;
+    let id = srv.ports.inputs()[0].id.clone();
+    let mut packets = BytesMut::new();
+    encode_packet(&pkt(b"late"), &mut packets);
+    let octets = ("content-type", "application/octet-stream");
+
+    // Expired before its FlowFiles.
+    let tx = open_tx(srv.http, &id).await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let (st, _, _) = req(
+        srv.http,
+        "POST",
+        &format!("{tx}/flow-files"),
+        &[octets],
+        &packets,
+    )
+    .await;
+    assert_eq!(st, 404);
+    let (st, _, _) = req(srv.http, "PUT", &tx, &[], b"").await;
+    assert_eq!(st, 404, "too late to extend");
+
+    // Expired between its FlowFiles and the commit: not committed.
+    let tx = open_tx(srv.http, &id).await;
+    let (st, _, _) = req(
+        srv.http,
+        "POST",
+        &format!("{tx}/flow-files"),
+        &[octets],
+        &packets,
+    )
+    .await;
+    assert_eq!(st, 202);
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let (st, _, _) = req(
+        srv.http,
+        "DELETE",
+        &format!("{tx}?responseCode=12"),
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(st, 404);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(sub.is_empty(), "an expired transaction is rolled back");
+
+    // Kept alive by PUTs, the same transaction outlives its TTL.
+    let tx = open_tx(srv.http, &id).await;
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let (st, _, _) = req(srv.http, "PUT", &tx, &[], b"").await;
+        assert_eq!(st, 200);
+    }
+    let (st, _, _) = req(
+        srv.http,
+        "POST",
+        &format!("{tx}/flow-files"),
+        &[octets],
+        &packets,
+    )
+    .await;
+    assert_eq!(st, 202);
+    let (st, _, _) = req(
+        srv.http,
+        "DELETE",
+        &format!("{tx}?responseCode=12"),
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(st, 200);
+    assert_eq!(sub.recv().await.unwrap().payload, &b"late"[..]);
+}
+
+#[tokio::test]
+async fn the_client_extends_a_transaction_older_than_half_its_ttl() {
+    let hub = Hub::default();
+    let sub = hub.subscribe("s2s.input").unwrap();
+    let mut config = test_config();
+    config.http_transaction_ttl_secs = 1;
+    let srv = start(config, hub.clone()).await;
+    let id = srv.ports.inputs()[0].id.clone();
+    let mut c = HttpS2sClient::connect(srv.http, &id, false, T)
+        .await
+        .unwrap();
+    c.create().await.unwrap();
+    assert_eq!(c.ttl(), Duration::from_secs(1));
+    c.send(&pkt(b"slow"));
+    // 1.2 s without a transfer request, more than the TTL: the PUT that
+    // keep_alive sends after half of it is what keeps the transaction.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    c.keep_alive().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    c.confirm().await.unwrap();
+    assert!(!c.complete().await.unwrap());
+    assert_eq!(sub.recv().await.unwrap().payload, &b"slow"[..]);
 }

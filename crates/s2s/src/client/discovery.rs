@@ -1,4 +1,6 @@
-//! [`discover`]: `GET /nifi-api/site-to-site`, the first thing a client does.
+//! [`discover`]: `GET /nifi-api/site-to-site`, the first thing a client
+//! does, and [`http_peers`]: `GET /nifi-api/site-to-site/peers`, the HTTP
+//! transport's peer list.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -6,8 +8,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use hyper::{Method, StatusCode};
 
-use super::http::HttpConn;
+use super::http_conn::{media, HttpConn};
 use super::ClientError;
+use crate::codec::PeerInfo;
+use crate::tls::ClientTls;
 
 /// What discovery told the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,9 +60,24 @@ fn ports(v: &serde_json::Value) -> Vec<(String, String)> {
 
 /// Asks the `[http]` listener at `addr` for the site-to-site details.
 pub async fn discover(addr: SocketAddr, timeout: Duration) -> Result<Discovery, ClientError> {
-    let mut conn = HttpConn::open(addr, timeout).await?;
+    discover_with(addr, None, timeout).await
+}
+
+/// Like [`discover`], over TLS when `tls` is given.
+pub async fn discover_with(
+    addr: SocketAddr,
+    tls: Option<&ClientTls>,
+    timeout: Duration,
+) -> Result<Discovery, ClientError> {
+    let mut conn = HttpConn::open(addr, tls, timeout).await?;
     let (status, _, body) = conn
-        .request(Method::GET, "/nifi-api/site-to-site", &[], Bytes::new())
+        .request(
+            Method::GET,
+            "/nifi-api/site-to-site",
+            media::JSON,
+            &[],
+            Bytes::new(),
+        )
         .await?;
     if status != StatusCode::OK {
         return Err(ClientError::Http(format!("discovery answered {status}")));
@@ -73,4 +92,51 @@ pub async fn discover(addr: SocketAddr, timeout: Duration) -> Result<Discovery, 
         input_ports: ports(&c["inputPorts"]),
         output_ports: ports(&c["outputPorts"]),
     })
+}
+
+/// Most peers read from a peer list answer.
+const MAX_HTTP_PEERS: usize = 10_000;
+
+/// The HTTP transport's peers (`port` is each peer's HTTP port), with their
+/// queued FlowFile counts.
+pub async fn http_peers(
+    addr: SocketAddr,
+    tls: Option<&ClientTls>,
+    timeout: Duration,
+) -> Result<Vec<PeerInfo>, ClientError> {
+    let mut conn = HttpConn::open(addr, tls, timeout).await?;
+    let (status, _, body) = conn
+        .request(
+            Method::GET,
+            "/nifi-api/site-to-site/peers",
+            media::JSON,
+            &[],
+            Bytes::new(),
+        )
+        .await?;
+    if status != StatusCode::OK {
+        return Err(ClientError::Http(format!("peers answered {status}")));
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(&body).map_err(|e| ClientError::Http(format!("peers body: {e}")))?;
+    let peers = v["peers"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .take(MAX_HTTP_PEERS)
+                .filter_map(|p| {
+                    Some(PeerInfo {
+                        host: p["hostname"].as_str()?.to_owned(),
+                        port: i32::try_from(p["port"].as_i64()?).ok()?,
+                        secure: p["secure"].as_bool().unwrap_or(false),
+                        flow_file_count: p["flowFileCount"]
+                            .as_i64()
+                            .and_then(|c| i32::try_from(c).ok())
+                            .unwrap_or(0),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(peers)
 }

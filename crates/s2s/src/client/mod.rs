@@ -6,9 +6,11 @@
 mod discovery;
 mod error;
 mod http;
+mod http_conn;
 mod raw;
 
-pub use discovery::{discover, Discovery};
+pub use discovery::{discover, discover_with, http_peers, Discovery};
 pub use error::ClientError;
 pub use http::HttpS2sClient;
+pub use http_conn::{media, HTTP_PROTOCOL_VERSION};
 pub use raw::{AsyncStream, ClientOptions, DynStream, RawClient};

@@ -3,6 +3,7 @@
 //! (`transport`) with its transaction table (`transactions`).
 
 mod discovery;
+mod negotiate;
 mod transactions;
 mod transport;
 
@@ -25,6 +26,12 @@ pub const TTL_HEADER: &str = "x-nifi-site-to-site-server-transaction-ttl";
 pub const USE_COMPRESSION_HEADER: &str = "x-nifi-site-to-site-use-compression";
 /// Handshake header: most FlowFiles per output transaction.
 pub const BATCH_COUNT_HEADER: &str = "x-nifi-site-to-site-batch-count";
+/// Handshake header: how long the client waits for an answer, milliseconds.
+pub const REQUEST_EXPIRATION_HEADER: &str = "x-nifi-site-to-site-request-expiration";
+/// Response header naming what `Location` points to.
+pub const LOCATION_INTENT_HEADER: &str = "x-location-uri-intent";
+/// The only `x-location-uri-intent` value: `Location` is the transaction.
+pub const LOCATION_INTENT_TRANSACTION: &str = "transaction-url";
 
 /// What every handler shares.
 #[derive(Debug)]

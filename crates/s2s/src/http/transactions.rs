@@ -137,19 +137,26 @@ impl HttpTransactions {
         }
     }
 
-    /// Ends a transaction, returning it.
-    pub(crate) fn remove(&self, id: &str) -> Option<(PortRef, TxData)> {
+    /// Ends a live transaction, returning it; one past its TTL is rolled
+    /// back and reported as unknown (`None`), as NiFi does.
+    pub(crate) fn remove_live(&self, id: &str) -> Option<(PortRef, TxData)> {
         let t = self.map.lock().remove(id)?;
+        if t.expires <= Instant::now() {
+            rollback(t);
+            return None;
+        }
         Some((t.port, t.data))
     }
 
-    /// Ends a transaction and rolls it back.
+    /// Ends a transaction and rolls it back; false (rolled back all the
+    /// same) when it was unknown or past its TTL.
     pub(crate) fn cancel(&self, id: &str) -> bool {
         let t = self.map.lock().remove(id);
         match t {
             Some(t) => {
+                let live = t.expires > Instant::now();
                 rollback(t);
-                true
+                live
             }
             None => false,
         }

@@ -7,6 +7,11 @@
 //! - `DELETE …/{tx}?responseCode=12` commits (input: only after every
 //!   FlowFile was acknowledged by its route; output: when the client's
 //!   `checksum` matches), `15` cancels, `19` reports a bad checksum.
+//!
+//! Before a request reaches its transaction it passes what NiFi checks
+//! ([`super::negotiate`]): `Accept` and `Content-Type` against what the
+//! endpoint produces and consumes, then the port, then the protocol
+//! version; a transaction that is unknown or past its TTL is `404`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,9 +26,11 @@ use http_body_util::BodyExt;
 use serde_json::json;
 use tracing::{info, warn};
 
+use super::negotiate::{self, media};
 use super::transactions::{rollback_data, TxData};
 use super::{
-    HttpState, BATCH_COUNT_HEADER, PROTOCOL_VERSION_HEADER, TTL_HEADER, USE_COMPRESSION_HEADER,
+    HttpState, BATCH_COUNT_HEADER, LOCATION_INTENT_HEADER, LOCATION_INTENT_TRANSACTION,
+    PROTOCOL_VERSION_HEADER, TTL_HEADER, USE_COMPRESSION_HEADER,
 };
 use crate::codec::{encode_compressed, encode_packet, PacketDecoder, ResponseCode};
 use crate::frame_io::{release_drained, TransactionBudget};
@@ -89,13 +96,30 @@ fn unknown_transaction(id: &str) -> Response {
     )
 }
 
+/// NiFi's order of checks: media types, the port, the protocol version.
+fn admit(
+    st: &HttpState,
+    headers: &HeaderMap,
+    (produced, consumed): (&str, Option<&str>),
+    kind: &str,
+    port_id: &str,
+) -> Result<PortRef, Box<Response>> {
+    negotiate::accept(headers, produced)?;
+    if let Some(c) = consumed {
+        negotiate::content_type(headers, c)?;
+    }
+    let port = find_port(st, kind, port_id)?;
+    negotiate::version(headers).inspect_err(|_| st.ports.metrics().error("bad_request"))?;
+    Ok(port)
+}
+
 /// `POST …/{port}/transactions`.
 pub(crate) async fn create(
     State(st): State<Arc<HttpState>>,
     Path((kind, port_id)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    let port = match find_port(&st, &kind, &port_id) {
+    let port = match admit(&st, &headers, (media::JSON, None), &kind, &port_id) {
         Ok(p) => p,
         Err(r) => return *r,
     };
@@ -134,8 +158,8 @@ pub(crate) async fn create(
         h.insert(header::LOCATION, v);
     }
     h.insert(
-        "x-location-uri-intent",
-        HeaderValue::from_static("transaction-url"),
+        LOCATION_INTENT_HEADER,
+        HeaderValue::from_static(LOCATION_INTENT_TRANSACTION),
     );
     h.insert(PROTOCOL_VERSION_HEADER, HeaderValue::from_static("1"));
     h.insert(
@@ -149,8 +173,9 @@ pub(crate) async fn create(
 pub(crate) async fn extend(
     State(st): State<Arc<HttpState>>,
     Path((kind, port_id, tx)): Path<(String, String, String)>,
+    headers: HeaderMap,
 ) -> Response {
-    if let Err(r) = find_port(&st, &kind, &port_id) {
+    if let Err(r) = admit(&st, &headers, (media::JSON, None), &kind, &port_id) {
         return *r;
     }
     if !st.transactions.extend(&tx) {
@@ -181,7 +206,8 @@ pub(crate) async fn receive_flow_files(
             "POST flow-files is for input ports",
         );
     }
-    if let Err(r) = find_port(&st, &kind, &port_id) {
+    let wants = (media::TEXT, Some(media::OCTET_STREAM));
+    if let Err(r) = admit(&st, req.headers(), wants, &kind, &port_id) {
         return *r;
     }
     let Some(port) = st.transactions.take_open(&tx) else {
@@ -299,7 +325,7 @@ pub(crate) async fn send_flow_files(
             "GET flow-files is for output ports",
         );
     }
-    if let Err(r) = find_port(&st, &kind, &port_id) {
+    if let Err(r) = admit(&st, &headers, (media::OCTET_STREAM, None), &kind, &port_id) {
         return *r;
     }
     let Some(port_ref) = st.transactions.take_open(&tx) else {
@@ -356,8 +382,10 @@ pub(crate) async fn finish(
     State(st): State<Arc<HttpState>>,
     Path((kind, port_id, tx)): Path<(String, String, String)>,
     Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
 ) -> Response {
-    if let Err(r) = find_port(&st, &kind, &port_id) {
+    let wants = (media::JSON, Some(media::OCTET_STREAM));
+    if let Err(r) = admit(&st, &headers, wants, &kind, &port_id) {
         return *r;
     }
     let code = q
@@ -390,7 +418,7 @@ pub(crate) async fn finish(
             )
         }
         Some(ResponseCode::ConfirmTransaction) => {
-            let Some((port, data)) = st.transactions.remove(&tx) else {
+            let Some((port, data)) = st.transactions.remove_live(&tx) else {
                 return unknown_transaction(&tx);
             };
             commit(&st, port, data, q.get("checksum").map(String::as_str)).await
