@@ -5,6 +5,7 @@
 pub mod conns;
 pub mod echo;
 pub mod forward;
+pub mod push;
 pub mod s2s;
 
 /// The scenarios `tidegate bench` knows.
@@ -16,6 +17,9 @@ pub enum Scenario {
     Forward(forward::ForwardArgs),
     /// Seed 000: NiFi Site-to-Site clients doing transactions.
     S2s(s2s::S2sArgs),
+    /// Seed 001: push fan-out — users x subscriptions over topics,
+    /// delivery latency, beside the npm socket.io server (`--anchor`).
+    Push(push::PushArgs),
     /// Memory per connection: N idle, partial or trickling connections to
     /// one listener, and what the server does with them.
     Conns(conns::ConnsArgs),
@@ -29,6 +33,7 @@ impl Scenario {
             Scenario::Forward(a) => forward::run(a).await,
             Scenario::S2s(a) => s2s::run(a).await,
             Scenario::Conns(a) => conns::run(a).await,
+            Scenario::Push(a) => push::run(a).await,
         }
     }
 }
