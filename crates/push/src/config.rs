@@ -21,6 +21,12 @@ pub const DEFAULT_QUEUE_CAPACITY: usize = 4096;
 pub const DEFAULT_MAX_SUBSCRIPTIONS: usize = 10_000;
 /// Default largest number of live Engine.IO sessions (both paths together).
 pub const DEFAULT_MAX_SESSIONS: usize = 100_000;
+/// Default time a session whose transport was lost is kept for its client
+/// to recover it: 0, recovery off (as in Socket.IO, where it is opt-in:
+/// with it on, every event carries its offset as a last argument).
+pub const DEFAULT_RECOVERY_WINDOW_MS: u64 = 0;
+/// Default number of events a session keeps for replay after sending them.
+pub const DEFAULT_RECOVERY_HISTORY: usize = 1024;
 
 /// How connections are authenticated.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,7 +35,7 @@ pub enum AuthMode {
     /// Anyone may subscribe and publish anything.
     #[default]
     None,
-    /// An HS256 JWT is required (Socket.IO CONNECT `auth.token`, `?token=`
+    /// A JWT (HS256 or RS256) is required (Socket.IO CONNECT `auth.token`, `?token=`
     /// on `/ws` and `/engine.io/`, `Authorization: Bearer` on
     /// `/v1/publish`); its `subscribe` / `publish` claims bound what it may do.
     Jwt,
@@ -66,8 +72,23 @@ pub struct PushConfig {
     pub conformance: bool,
     /// `none` or `jwt`.
     pub auth: AuthMode,
-    /// The HS256 secret of `auth = "jwt"`.
+    /// The HS256 secret of `auth = "jwt"` (empty: HS256 tokens refused).
     pub jwt_secret: String,
+    /// The RS256 public key of `auth = "jwt"`, PEM (`-----BEGIN PUBLIC
+    /// KEY-----`; empty: RS256 tokens refused).
+    pub jwt_public_key: String,
+    /// Origins (`scheme://host[:port]`, or `*`) whose pages may use push:
+    /// polling answers them with CORS headers, and a request (polling or
+    /// websocket) whose `Origin` is not listed is refused with 403. Empty:
+    /// no check and no CORS headers. Requests without `Origin` (not from a
+    /// browser) are always let through.
+    pub allowed_origins: Vec<String>,
+    /// Milliseconds a session whose transport was lost waits for its client
+    /// to recover it; 0 turns recovery (and event offsets) off.
+    pub recovery_window_ms: u64,
+    /// Events a session keeps after sending them (and while parked), for
+    /// replay to a recovering client.
+    pub recovery_history: usize,
 }
 
 impl Default for PushConfig {
@@ -86,6 +107,10 @@ impl Default for PushConfig {
             conformance: false,
             auth: AuthMode::None,
             jwt_secret: String::new(),
+            jwt_public_key: String::new(),
+            allowed_origins: Vec::new(),
+            recovery_window_ms: DEFAULT_RECOVERY_WINDOW_MS,
+            recovery_history: DEFAULT_RECOVERY_HISTORY,
         }
     }
 }
@@ -97,6 +122,11 @@ impl PushConfig {
             capacity: self.queue_capacity.max(1),
             overflow: self.overflow,
         }
+    }
+
+    /// Whether connection state recovery is on.
+    pub fn recovery(&self) -> bool {
+        self.recovery_window_ms > 0
     }
 
     /// Whether Socket.IO namespace `nsp` exists.
@@ -120,8 +150,26 @@ impl PushConfig {
         if self.queue_capacity == 0 {
             return Some("queue_capacity must be at least 1".into());
         }
-        if self.auth == AuthMode::Jwt && self.jwt_secret.is_empty() {
-            return Some("auth = \"jwt\" needs jwt_secret".into());
+        if self.auth == AuthMode::Jwt
+            && self.jwt_secret.is_empty()
+            && self.jwt_public_key.trim().is_empty()
+        {
+            return Some("auth = \"jwt\" needs jwt_secret or jwt_public_key".into());
+        }
+        if let Err(e) = crate::auth::JwtVerifier::new(b"", &self.jwt_public_key) {
+            return Some(e.to_string());
+        }
+        if let Some(o) = self
+            .allowed_origins
+            .iter()
+            .find(|o| *o != "*" && !(o.starts_with("http://") || o.starts_with("https://")))
+        {
+            return Some(format!(
+                "allowed_origins: {o:?} must be \"*\" or start with http:// or https://"
+            ));
+        }
+        if self.recovery_window_ms > 0 && self.recovery_history == 0 {
+            return Some("recovery_history must be at least 1 when recovery_window_ms > 0".into());
         }
         if let Some(n) = self.namespaces.iter().find(|n| !n.starts_with('/')) {
             return Some(format!("namespaces: {n:?} must start with '/'"));

@@ -4,8 +4,11 @@ use std::sync::Arc;
 
 use tidegate_hub::Hub;
 
+use crate::auth::{Grants, JwtError, JwtVerifier};
 use crate::config::PushConfig;
+use crate::recovery::RecoveryRegistry;
 use crate::session::SessionRegistry;
+use crate::stats::PushStats;
 
 /// Shared by the router's handlers and the session tasks.
 #[derive(Debug)]
@@ -16,15 +19,34 @@ pub struct PushContext {
     pub config: PushConfig,
     /// Live Engine.IO sessions.
     pub sessions: SessionRegistry,
+    /// The keys JWTs are checked against (`auth = "jwt"`).
+    pub jwt: JwtVerifier,
+    /// Recoverable sessions (live and parked), when recovery is on.
+    pub recovery: Arc<RecoveryRegistry>,
+    /// Sessions by transport and messages out, for `$sys.stats`.
+    pub stats: PushStats,
 }
 
 impl PushContext {
     /// A context for `hub` and `config`.
     pub fn new(hub: Hub, config: PushConfig) -> Arc<Self> {
+        // `PushConfig::check` refuses a key that does not parse before a
+        // server starts; one that slips through verifies nothing.
+        let jwt = JwtVerifier::new(config.jwt_secret.as_bytes(), &config.jwt_public_key)
+            .unwrap_or_else(|_| JwtVerifier::new(b"", "").expect("no key always builds"));
         Arc::new(PushContext {
+            stats: PushStats::new(&hub),
             hub,
             config,
             sessions: SessionRegistry::default(),
+            jwt,
+            recovery: Arc::default(),
         })
+    }
+
+    /// What a connection presenting `token` may do (everything when auth
+    /// is off).
+    pub fn authorize(&self, token: Option<&str>) -> Result<Grants, JwtError> {
+        crate::auth::authorize(&self.config, &self.jwt, token, crate::auth::now_s())
     }
 }

@@ -83,6 +83,32 @@ pub fn cached_base64(msg: &Message) -> Bytes {
         .unwrap_or_default()
 }
 
+/// `event` (a whole Socket.IO EVENT text, `…]`) with `offset` as its last
+/// argument (`…,"17"]`), the form connection state recovery sends: the
+/// client keeps the last string argument of each event as its offset.
+pub fn socketio_event_with_offset(event: &[u8], offset: u64) -> Bytes {
+    append_before_last(event, format_args!(",\"{offset}\""))
+}
+
+/// A `/ws` JSON message (`{…}`) with `"offset":N` added.
+pub fn ws_message_with_offset(message: &[u8], offset: u64) -> Bytes {
+    append_before_last(message, format_args!(",\"offset\":{offset}"))
+}
+
+/// `text` with `extra` inserted before its last byte (the closing `]` or
+/// `}`): one copy, the shared encoding stays untouched.
+fn append_before_last(text: &[u8], extra: std::fmt::Arguments<'_>) -> Bytes {
+    use std::io::Write as _;
+    let Some((last, head)) = text.split_last() else {
+        return Bytes::new();
+    };
+    let mut v = Vec::with_capacity(text.len() + 24);
+    v.extend_from_slice(head);
+    let _ = v.write_fmt(extra);
+    v.push(*last);
+    Bytes::from(v)
+}
+
 /// The `/ws` JSON `message`: `{"op":"message","topic":…,"payload":…}`, or
 /// `{"op":"message","topic":…,"binary":true}` followed by a binary frame.
 pub fn ws_message(msg: &Message) -> Bytes {
@@ -134,6 +160,21 @@ mod tests {
         assert_eq!(
             &ws_message(&m)[..],
             br#"{"op":"message","topic":"a.b","binary":true}"#
+        );
+    }
+
+    #[test]
+    fn offsets_are_appended_to_a_copy() {
+        let m = Message::new("a.b", &b"[1]"[..]);
+        let ev = cached_socketio_event(&m, "/");
+        assert_eq!(
+            &socketio_event_with_offset(&ev, 17)[..],
+            br#"42["a.b",[1],"17"]"#
+        );
+        assert_eq!(&ev[..], br#"42["a.b",[1]]"#);
+        assert_eq!(
+            &ws_message_with_offset(&ws_message(&m), 3)[..],
+            br#"{"op":"message","topic":"a.b","payload":[1],"offset":3}"#
         );
     }
 }

@@ -10,6 +10,7 @@
 //! - [`ws`]: the plain WebSocket protocol at `/ws`; [`publish`]: `POST
 //!   /v1/publish`.
 //! - [`delivery`]: how a hub message looks on each transport, encoded once.
+//! - [`recovery`]: connection state recovery (offsets, parked sessions).
 
 #![warn(missing_docs)]
 
@@ -19,9 +20,12 @@ pub mod config;
 pub mod context;
 pub mod delivery;
 pub mod engineio;
+pub mod origin;
 pub mod publish;
+pub mod recovery;
 pub mod session;
 pub mod socketio;
+pub mod stats;
 pub mod transport;
 pub mod ws;
 
@@ -47,8 +51,8 @@ pub fn router(hub: Hub, config: PushConfig) -> Router {
 
 /// The push routes on an existing context (tests inspect its sessions).
 pub fn router_with_context(ctx: Arc<PushContext>) -> Router {
-    let sio = |st, m, q, ws, b| transport::handle(Flavor::SocketIo, st, m, q, ws, b);
-    let eio = |st, m, q, ws, b| transport::handle(Flavor::EngineIo, st, m, q, ws, b);
+    let sio = |st, m, q, h, ws, b| transport::handle(Flavor::SocketIo, st, m, q, h, ws, b);
+    let eio = |st, m, q, h, ws, b| transport::handle(Flavor::EngineIo, st, m, q, h, ws, b);
     Router::new()
         .route("/socket.io/", any(sio))
         .route("/socket.io", any(sio))

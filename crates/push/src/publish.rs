@@ -13,7 +13,6 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tidegate_hub::{Message, PublishError};
 
-use crate::auth::{authorize, now_s};
 use crate::context::PushContext;
 
 /// The query of a publish.
@@ -40,7 +39,7 @@ pub async fn handle(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    let grants = match authorize(&ctx.config, bearer.or(q.token.as_deref()), now_s()) {
+    let grants = match ctx.authorize(bearer.or(q.token.as_deref())) {
         Ok(g) => g,
         Err(e) => return (StatusCode::UNAUTHORIZED, reason(&e.to_string())).into_response(),
     };

@@ -1,15 +1,22 @@
 //! The `/ws` JSON protocol's session logic: subscribe, unsubscribe, publish,
 //! and hub messages out. Used by `/ws` and by plain Engine.IO sessions.
 //! Errors are answered (`{"op":"error",…}`), never fatal: the transport
-//! bounds message sizes.
+//! bounds message sizes. With recovery on, the session's first frame is
+//! `{"op":"session","session":id}`, messages carry `"offset"`, and
+//! `{"op":"recover",…}` takes a lost session over ([`crate::recovery`]).
+
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::{json, Value};
 use tidegate_hub::{Hub, Message, SharedMessage, Subscriber};
 
 use super::subscriptions::{self, Refused};
+use super::App;
 use crate::auth::Grants;
-use crate::delivery::{cached_ws_message, payload_kind, PayloadKind};
+use crate::context::PushContext;
+use crate::delivery::{cached_ws_message, payload_kind, ws_message_with_offset, PayloadKind};
+use crate::recovery::{RecoveryHandle, ReplayLog, Ticket};
 use crate::ws::protocol::{decode, ClientOp};
 
 /// A frame for the client.
@@ -29,6 +36,10 @@ pub struct JsonSession {
     grants: Grants,
     /// A `publish` with `"binary": true` waiting for its frame.
     pending_publish: Option<(Option<u64>, String)>,
+    /// Id and replay log, with recovery on.
+    recovery: Option<(Ticket, ReplayLog<()>)>,
+    /// Messages are sent (false while parked).
+    attached: bool,
 }
 
 fn reply(v: Value) -> JsonOut {
@@ -36,13 +47,84 @@ fn reply(v: Value) -> JsonOut {
 }
 
 impl JsonSession {
-    /// A session with the given hub queue and rights.
-    pub fn new(sub: Subscriber, max_subscriptions: usize, grants: Grants) -> Self {
+    /// A session with its own hub queue and the given rights.
+    pub fn new(ctx: &PushContext, grants: Grants) -> Self {
+        let recovery = if ctx.config.recovery() {
+            ctx.recovery
+                .register(ctx.config.max_sessions)
+                .map(|t| (t, ReplayLog::new(ctx.config.recovery_history)))
+        } else {
+            None
+        };
         JsonSession {
-            sub,
-            max_subscriptions,
+            sub: ctx.hub.subscriber(ctx.config.subscriber_options()),
+            max_subscriptions: ctx.config.max_subscriptions,
             grants,
             pending_publish: None,
+            recovery,
+            attached: true,
+        }
+    }
+
+    /// The first frame to send, with recovery on: the session's id.
+    pub fn hello(&self) -> Option<JsonOut> {
+        let (t, _) = self.recovery.as_ref()?;
+        Some(reply(json!({"op": "session", "session": t.pid()})))
+    }
+
+    /// Where a reconnecting client asks for this session's state.
+    pub fn recovery_handle(&self) -> Option<Arc<RecoveryHandle>> {
+        self.recovery.as_ref().map(|(t, _)| t.handle().clone())
+    }
+
+    /// Whether recovery is on for this session.
+    pub fn recoverable(&self) -> bool {
+        self.recovery.is_some()
+    }
+
+    /// The transport is gone: messages are logged, no longer sent.
+    pub fn detach(&mut self) {
+        self.attached = false;
+    }
+
+    fn pid(&self) -> Option<&str> {
+        self.recovery.as_ref().map(|(t, _)| t.pid())
+    }
+
+    /// Takes over the lost session `pid` if everything after `offset` can
+    /// be replayed; the reason otherwise.
+    async fn take_over(
+        &mut self,
+        pid: &str,
+        offset: u64,
+        ctx: &PushContext,
+    ) -> Result<(), &'static str> {
+        if self.recovery.is_none() {
+            return Err("recovery is off");
+        }
+        if self.pid() == Some(pid) {
+            return Err("that is this session");
+        }
+        if self.sub.patterns().next().is_some() {
+            return Err("recover must come before any subscribe");
+        }
+        let fits = |old: &JsonSession| {
+            old.grants.subject() == self.grants.subject()
+                && old
+                    .recovery
+                    .as_ref()
+                    .is_some_and(|(_, l)| l.holds_after(offset))
+        };
+        match ctx.recovery.take(pid).await {
+            Some(App::Json(old)) if fits(&old) => {
+                let grants = self.grants.clone();
+                *self = *old;
+                self.grants = grants;
+                self.attached = true;
+                Ok(())
+            }
+            Some(_) => Err("the session cannot be recovered from that offset"),
+            None => Err("unknown or expired session"),
         }
     }
 
@@ -52,7 +134,8 @@ impl JsonSession {
     }
 
     /// Handles one text frame.
-    pub async fn on_text(&mut self, text: &str, hub: &Hub, out: &mut Vec<JsonOut>) {
+    pub async fn on_text(&mut self, text: &str, ctx: &PushContext, out: &mut Vec<JsonOut>) {
+        let hub = &ctx.hub;
         self.pending_publish = None;
         let op = match decode(text) {
             Ok(op) => op,
@@ -101,6 +184,24 @@ impl JsonSession {
                 };
                 out.push(publish(hub, id, topic, bytes).await);
             }
+            ClientOp::Recover {
+                id,
+                session,
+                offset,
+            } => {
+                let r = self.take_over(&session, offset, ctx).await;
+                ctx.recovery.count(r.is_ok());
+                let mut answer = json!({"op": "recovered", "id": id, "recovered": r.is_ok(), "session": self.pid()});
+                if let Err(why) = r {
+                    answer["reason"] = json!(why);
+                }
+                out.push(reply(answer));
+                if let (Ok(()), Some((_, log))) = (r, &self.recovery) {
+                    for e in log.after(offset, &()) {
+                        push_message(&e.msg, Some(e.offset), out);
+                    }
+                }
+            }
         }
     }
 
@@ -114,14 +215,26 @@ impl JsonSession {
         }
     }
 
-    /// Encodes hub messages (the text form is shared by every session).
-    pub fn deliver(&self, msgs: &[SharedMessage], out: &mut Vec<JsonOut>) {
+    /// Encodes hub messages (the text form is shared by every session;
+    /// with recovery on, each is logged and gets its offset).
+    pub fn deliver(&mut self, msgs: &[SharedMessage], out: &mut Vec<JsonOut>) {
         for m in msgs {
-            out.push(JsonOut::Text(cached_ws_message(m)));
-            if payload_kind(&m.payload) == PayloadKind::Binary {
-                out.push(JsonOut::Binary(m.payload.clone()));
+            let offset = self.recovery.as_mut().map(|(_, l)| l.push((), m.clone()));
+            if self.attached {
+                push_message(m, offset, out);
             }
         }
+    }
+}
+
+fn push_message(m: &Message, offset: Option<u64>, out: &mut Vec<JsonOut>) {
+    let text = cached_ws_message(m);
+    out.push(JsonOut::Text(match offset {
+        Some(o) => ws_message_with_offset(&text, o),
+        None => text,
+    }));
+    if payload_kind(&m.payload) == PayloadKind::Binary {
+        out.push(JsonOut::Binary(m.payload.clone()));
     }
 }
 

@@ -7,11 +7,14 @@ pub mod json;
 pub mod socketio;
 pub mod subscriptions;
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use tidegate_hub::{SharedMessage, Subscriber};
 
 use crate::context::PushContext;
 use crate::engineio::handshake::Transport;
+use crate::recovery::RecoveryHandle;
 use crate::session::{EngineSession, Outgoing};
 
 /// Why a session is being closed by its application protocol.
@@ -42,7 +45,7 @@ impl App {
             App::SocketIo(a) => a.on_text(&text, s, ctx).await,
             App::Json(j) => {
                 let mut out = Vec::new();
-                j.on_text(&text, &ctx.hub, &mut out).await;
+                j.on_text(&text, ctx, &mut out).await;
                 send_json(s, out);
                 Ok(())
             }
@@ -87,8 +90,42 @@ impl App {
         }
     }
 
+    /// Where a reconnecting client asks for this session's state (with
+    /// recovery on).
+    pub fn recovery_handle(&self) -> Option<Arc<RecoveryHandle>> {
+        match self {
+            App::SocketIo(a) => a.recovery_handle(),
+            App::Json(j) => j.recovery_handle(),
+            App::Echo => None,
+        }
+    }
+
+    /// Whether parking this session would keep anything a client could
+    /// recover.
+    pub fn recoverable(&self) -> bool {
+        match self {
+            App::SocketIo(a) => a.recoverable(),
+            App::Json(j) => j.recoverable(),
+            App::Echo => false,
+        }
+    }
+
+    /// The transport is gone: from now on events are only logged.
+    pub fn detach(&mut self) {
+        match self {
+            App::SocketIo(a) => a.detach(),
+            App::Json(j) => j.detach(),
+            App::Echo => {}
+        }
+    }
+
     /// Encodes hub messages for the client.
-    pub fn deliver(&self, msgs: &[SharedMessage], transport: Transport, out: &mut Vec<Outgoing>) {
+    pub fn deliver(
+        &mut self,
+        msgs: &[SharedMessage],
+        transport: Transport,
+        out: &mut Vec<Outgoing>,
+    ) {
         match self {
             App::SocketIo(a) => a.deliver(msgs, transport, out),
             App::Json(j) => {
@@ -116,7 +153,8 @@ fn engine_form(f: json::JsonOut) -> Outgoing {
     }
 }
 
-fn send_json(s: &EngineSession, out: Vec<json::JsonOut>) {
+/// Queues `/ws` JSON frames on an Engine.IO session (as `4…` messages).
+pub fn send_json(s: &EngineSession, out: Vec<json::JsonOut>) {
     if !out.is_empty() {
         s.send(out.into_iter().map(engine_form));
     }

@@ -5,20 +5,30 @@
 //! `publish` (topic, payload). Each hub message reaches the client as an
 //! event named after its topic.
 //!
+//! With recovery on (`[push] recovery_window_ms`), CONNECT answers carry
+//! the session's `pid`, every event carries its offset as a last string
+//! argument, and a CONNECT with `{pid, offset}` takes a lost session over
+//! (see [`crate::recovery`]).
+//!
 //! A malformed packet closes this session only.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::{json, Value};
 use tidegate_hub::{Message, Pattern, SharedMessage, Subscriber};
 
 use super::subscriptions::{self, Outcome, Refused};
+use super::App;
 use super::CloseReason;
-use crate::auth::{authorize, now_s, Grants};
+use crate::auth::Grants;
 use crate::context::PushContext;
-use crate::delivery::{cached_base64, cached_socketio_event, payload_kind, PayloadKind};
+use crate::delivery::{
+    cached_base64, cached_socketio_event, payload_kind, socketio_event_with_offset, PayloadKind,
+};
 use crate::engineio::handshake::{new_sid, Transport};
+use crate::recovery::{RecoveryHandle, ReplayLog, Ticket};
 use crate::session::{EngineSession, Outgoing};
 use crate::socketio::binary::{placeholder_num, BinaryAssembler};
 use crate::socketio::{SioPacket, SioType};
@@ -29,8 +39,22 @@ pub const MAX_NAMESPACES_PER_SESSION: usize = 32;
 /// One joined namespace.
 #[derive(Debug)]
 struct NspSocket {
+    /// The namespace, shared by the replay log's entries.
+    name: Arc<str>,
+    /// The socket id given in the CONNECT answer (kept across a recovery).
+    sid: String,
     patterns: HashMap<String, Pattern>,
     grants: Grants,
+    /// Events are sent (not only logged): false while parked and, after a
+    /// recovery, until the client CONNECTs this namespace again.
+    connected: bool,
+}
+
+/// The recovery state of a session: its id and what it sent.
+#[derive(Debug)]
+struct Recovery {
+    ticket: Ticket,
+    log: ReplayLog<Arc<str>>,
 }
 
 /// The Socket.IO state of one Engine.IO session.
@@ -39,6 +63,7 @@ pub struct SocketIoApp {
     sub: Subscriber,
     nsps: HashMap<String, NspSocket>,
     pending: Option<BinaryAssembler>,
+    recovery: Option<Recovery>,
 }
 
 fn close(why: impl Into<String>) -> CloseReason {
@@ -52,7 +77,23 @@ impl SocketIoApp {
             sub: ctx.hub.subscriber(ctx.config.subscriber_options()),
             nsps: HashMap::new(),
             pending: None,
+            recovery: None,
         }
+    }
+
+    /// Where a reconnecting client asks for this session's state.
+    pub fn recovery_handle(&self) -> Option<Arc<RecoveryHandle>> {
+        self.recovery.as_ref().map(|r| r.ticket.handle().clone())
+    }
+
+    /// Whether there is anything to recover (a namespace still joined).
+    pub fn recoverable(&self) -> bool {
+        self.recovery.is_some() && !self.nsps.is_empty()
+    }
+
+    /// The transport is gone: events are logged, no longer sent.
+    pub fn detach(&mut self) {
+        self.nsps.values_mut().for_each(|n| n.connected = false);
     }
 
     /// The session's hub queue.
@@ -106,7 +147,7 @@ impl SocketIoApp {
     ) -> Result<(), CloseReason> {
         match p.kind {
             SioType::Connect => {
-                self.connect(&p, s, ctx);
+                self.connect(&p, s, ctx).await;
                 Ok(())
             }
             SioType::Disconnect => {
@@ -130,59 +171,122 @@ impl SocketIoApp {
         }
     }
 
-    fn connect(&mut self, p: &SioPacket, s: &EngineSession, ctx: &PushContext) {
+    async fn connect(&mut self, p: &SioPacket, s: &EngineSession, ctx: &PushContext) {
         if !ctx.config.has_namespace(&p.nsp) {
-            let e = SioPacket::new(
-                SioType::ConnectError,
-                &p.nsp,
-                Some(json!({"message": "Invalid namespace"})),
-            );
-            s.send_text(format!("4{}", e.encode()));
+            s.send([connect_error(&p.nsp, "Invalid namespace")]);
             return;
         }
         if self.nsps.len() >= MAX_NAMESPACES_PER_SESSION && !self.nsps.contains_key(&p.nsp) {
-            let e = SioPacket::new(
-                SioType::ConnectError,
-                &p.nsp,
-                Some(json!({"message": "Too many namespaces"})),
-            );
-            s.send_text(format!("4{}", e.encode()));
+            s.send([connect_error(&p.nsp, "Too many namespaces")]);
             return;
         }
-        let token = p
-            .data
-            .as_ref()
-            .and_then(|d| d.get("token"))
-            .and_then(Value::as_str);
-        let grants = match authorize(&ctx.config, token, now_s()) {
+        let field = |k: &str| {
+            p.data
+                .as_ref()
+                .and_then(|d| d.get(k))
+                .and_then(Value::as_str)
+        };
+        let grants = match ctx.authorize(field("token")) {
             Ok(g) => g,
             Err(e) => {
-                let refusal = SioPacket::new(
-                    SioType::ConnectError,
-                    &p.nsp,
-                    Some(json!({"message": e.to_string()})),
-                );
-                s.send_text(format!("4{}", refusal.encode()));
+                s.send([connect_error(&p.nsp, &e.to_string())]);
                 return;
             }
         };
-        if let Some(old) = self.nsps.get_mut(&p.nsp) {
-            old.grants = grants;
-        } else {
-            let sock = NspSocket {
-                patterns: HashMap::new(),
-                grants,
-            };
-            self.nsps.insert(p.nsp.clone(), sock);
+        // A client that had a session sends its pid and the offset of the
+        // last event it received (none if it received none).
+        let mut replay_after = None;
+        if let (true, Some(pid)) = (ctx.config.recovery(), field("pid")) {
+            let offset = field("offset").and_then(|o| o.parse().ok()).unwrap_or(0);
+            let ok = self.recover(pid, offset, &p.nsp, &grants, ctx).await;
+            ctx.recovery.count(ok);
+            replay_after = ok.then_some(offset);
         }
-        let ok = SioPacket::new(SioType::Connect, &p.nsp, Some(json!({"sid": new_sid()})));
+        if self.recovery.is_none() && ctx.config.recovery() {
+            self.recovery = ctx
+                .recovery
+                .register(ctx.config.max_sessions)
+                .map(|ticket| Recovery {
+                    ticket,
+                    log: ReplayLog::new(ctx.config.recovery_history),
+                });
+        }
+        let sock = match self.nsps.get_mut(&p.nsp) {
+            Some(sock) if replay_after.is_some() => sock,
+            Some(sock) => {
+                // A fresh CONNECT on a namespace already joined: a new socket.
+                sock.sid = new_sid();
+                sock
+            }
+            None => self.nsps.entry(p.nsp.clone()).or_insert_with(|| NspSocket {
+                name: Arc::from(p.nsp.as_str()),
+                sid: new_sid(),
+                patterns: HashMap::new(),
+                grants: grants.clone(),
+                connected: true,
+            }),
+        };
+        sock.grants = grants;
+        sock.connected = true;
+        let mut answer = json!({"sid": sock.sid});
+        if let Some(r) = &self.recovery {
+            answer["pid"] = json!(r.ticket.pid());
+        }
+        let ok = SioPacket::new(SioType::Connect, &p.nsp, Some(answer));
         let mut out = vec![text(&ok)];
         if ctx.config.conformance {
             let auth = p.data.clone().unwrap_or(Value::Null);
             let ev = SioPacket::new(SioType::Event, &p.nsp, Some(json!(["auth", auth])));
             out.push(text(&ev));
         }
+        if let (Some(after), Some(r)) = (replay_after, &self.recovery) {
+            let name = &sock.name;
+            for e in r.log.after(after, name) {
+                push_event(&e.msg, name, Some(e.offset), s.transport(), &mut out);
+            }
+        }
         s.send(out);
+    }
+
+    /// Takes over the session `pid` for namespace `nsp`, if the client can
+    /// be sent everything after `offset`; false for a clean start.
+    async fn recover(
+        &mut self,
+        pid: &str,
+        offset: u64,
+        nsp: &str,
+        grants: &Grants,
+        ctx: &PushContext,
+    ) -> bool {
+        let fits = |app: &SocketIoApp| {
+            app.nsps
+                .get(nsp)
+                .is_some_and(|n| !n.connected && n.grants.subject() == grants.subject())
+                && app
+                    .recovery
+                    .as_ref()
+                    .is_some_and(|r| r.log.holds_after(offset))
+        };
+        if self
+            .recovery
+            .as_ref()
+            .is_some_and(|r| r.ticket.pid() == pid)
+        {
+            // Another namespace of a session this one already took over.
+            return fits(self);
+        }
+        if !self.nsps.is_empty() {
+            // This session has state of its own; it cannot adopt another.
+            return false;
+        }
+        match ctx.recovery.take(pid).await {
+            Some(App::SocketIo(old)) if fits(&old) => {
+                *self = *old;
+                true
+            }
+            // Anything else is dropped: its subscriptions and id go away.
+            _ => false,
+        }
     }
 
     fn leave(&mut self, nsp: &str) {
@@ -298,22 +402,35 @@ impl SocketIoApp {
     }
 
     /// Encodes hub messages as events, for every namespace subscribed to
-    /// their topic.
-    pub fn deliver(&self, msgs: &[SharedMessage], transport: Transport, out: &mut Vec<Outgoing>) {
-        let mut with_patterns = self.nsps.iter().filter(|(_, n)| !n.patterns.is_empty());
+    /// their topic (with recovery on: logged with an offset, and sent while
+    /// the namespace is connected).
+    pub fn deliver(
+        &mut self,
+        msgs: &[SharedMessage],
+        transport: Transport,
+        out: &mut Vec<Outgoing>,
+    ) {
+        let mut with_patterns = self.nsps.values().filter(|n| !n.patterns.is_empty());
         let only = match (with_patterns.next(), with_patterns.next()) {
-            (Some((nsp, _)), None) => Some(nsp.as_str()),
+            (Some(n), None) => Some(n),
             _ => None,
+        };
+        let mut log = self.recovery.as_mut().map(|r| &mut r.log);
+        let mut one = |m: &SharedMessage, n: &NspSocket, out: &mut Vec<Outgoing>| {
+            let offset = log.as_mut().map(|l| l.push(n.name.clone(), m.clone()));
+            if n.connected {
+                push_event(m, &n.name, offset, transport, out);
+            }
         };
         for m in msgs {
             match only {
                 // The common case: one namespace holds every subscription,
                 // so no pattern needs matching here (the hub did it).
-                Some(nsp) => push_event(m, nsp, transport, out),
+                Some(n) => one(m, n, out),
                 None => {
-                    for (nsp, n) in &self.nsps {
+                    for n in self.nsps.values() {
                         if n.patterns.values().any(|p| p.matches(&m.topic)) {
-                            push_event(m, nsp, transport, out);
+                            one(m, n, out);
                         }
                     }
                 }
@@ -322,8 +439,18 @@ impl SocketIoApp {
     }
 }
 
-fn push_event(m: &Message, nsp: &str, transport: Transport, out: &mut Vec<Outgoing>) {
-    out.push(Outgoing::Text(cached_socketio_event(m, nsp)));
+fn push_event(
+    m: &Message,
+    nsp: &str,
+    offset: Option<u64>,
+    transport: Transport,
+    out: &mut Vec<Outgoing>,
+) {
+    let event = cached_socketio_event(m, nsp);
+    out.push(Outgoing::Text(match offset {
+        Some(o) => socketio_event_with_offset(&event, o),
+        None => event,
+    }));
     if payload_kind(&m.payload) == PayloadKind::Binary {
         let base64 = (transport == Transport::Polling).then(|| cached_base64(m));
         out.push(Outgoing::Binary {
@@ -331,6 +458,14 @@ fn push_event(m: &Message, nsp: &str, transport: Transport, out: &mut Vec<Outgoi
             base64,
         });
     }
+}
+
+fn connect_error(nsp: &str, why: &str) -> Outgoing {
+    text(&SioPacket::new(
+        SioType::ConnectError,
+        nsp,
+        Some(json!({ "message": why })),
+    ))
 }
 
 fn text(p: &SioPacket) -> Outgoing {

@@ -1,12 +1,12 @@
-//! Verifying an HS256 JSON Web Token: signature (constant-time), `alg`,
-//! `exp`, and the claims `sub`, `subscribe`, `publish`. Pure: the secret
-//! and the current time come in as arguments.
+//! Verifying a JSON Web Token signed with HS256 (a shared secret) or RS256
+//! (an RSA key pair; Tidegate holds the public key): signature and `alg`
+//! through the `jsonwebtoken` crate, then `exp` and the claims `sub`,
+//! `subscribe`, `publish` here. Pure apart from the keys: the current time
+//! comes in as an argument.
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine as _;
-use hmac::{Hmac, Mac};
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::Deserialize;
-use sha2::Sha256;
 use thiserror::Error;
 
 use super::grants::Grants;
@@ -23,9 +23,9 @@ pub enum JwtError {
     /// Not three base64url parts, too long, or not JSON.
     #[error("malformed token")]
     Malformed,
-    /// `alg` other than HS256.
-    #[error("unsupported token algorithm (HS256 only)")]
-    Algorithm,
+    /// An `alg` for which no key is configured.
+    #[error("unsupported token algorithm (accepted: {0})")]
+    Algorithm(&'static str),
     /// The signature does not match.
     #[error("bad token signature")]
     Signature,
@@ -37,10 +37,10 @@ pub enum JwtError {
     BadClaim(&'static str),
 }
 
-#[derive(Deserialize)]
-struct Header {
-    alg: String,
-}
+/// A key that could not be read from the configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("jwt_public_key: {0}")]
+pub struct KeyError(String);
 
 #[derive(Deserialize)]
 struct Claims {
@@ -54,49 +54,118 @@ struct Claims {
     publish: Vec<String>,
 }
 
-/// Checks `token` against `secret` at time `now_s` and returns its grants.
-pub fn verify(token: &str, secret: &[u8], now_s: u64) -> Result<Grants, JwtError> {
-    if token.len() > MAX_TOKEN_LEN {
-        return Err(JwtError::Malformed);
-    }
-    let mut parts = token.split('.');
-    let (Some(h), Some(c), Some(sig), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(JwtError::Malformed);
-    };
-    let decode = |s: &str| URL_SAFE_NO_PAD.decode(s).map_err(|_| JwtError::Malformed);
-    let header: Header = serde_json::from_slice(&decode(h)?).map_err(|_| JwtError::Malformed)?;
-    if header.alg != "HS256" {
-        return Err(JwtError::Algorithm);
-    }
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).map_err(|_| JwtError::Signature)?;
-    mac.update(&token.as_bytes()[..h.len() + 1 + c.len()]);
-    mac.verify_slice(&decode(sig)?)
-        .map_err(|_| JwtError::Signature)?;
-    let claims: Claims = serde_json::from_slice(&decode(c)?).map_err(|_| JwtError::Malformed)?;
-    if claims.exp.is_some_and(|exp| exp <= now_s) {
-        return Err(JwtError::Expired);
-    }
-    Grants::new(claims.sub, &claims.subscribe, &claims.publish)
+/// The keys tokens are checked against: an HS256 secret, an RS256 public
+/// key, or both. Built once from `[push]`.
+#[derive(Clone)]
+pub struct JwtVerifier {
+    hs256: Option<DecodingKey>,
+    rs256: Option<DecodingKey>,
+    accepted: &'static str,
 }
 
-/// Signs `claims` (a JSON object) with `secret`: for tests and tools.
+impl std::fmt::Debug for JwtVerifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JwtVerifier")
+            .field("accepted", &self.accepted)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JwtVerifier {
+    /// A verifier for `secret` (HS256, unused when empty) and
+    /// `public_key_pem` (RS256, a PEM `PUBLIC KEY` or `RSA PUBLIC KEY`,
+    /// unused when empty).
+    pub fn new(secret: &[u8], public_key_pem: &str) -> Result<Self, KeyError> {
+        let hs256 = (!secret.is_empty()).then(|| DecodingKey::from_secret(secret));
+        let rs256 = if public_key_pem.trim().is_empty() {
+            None
+        } else {
+            Some(
+                DecodingKey::from_rsa_pem(public_key_pem.as_bytes())
+                    .map_err(|e| KeyError(e.to_string()))?,
+            )
+        };
+        let accepted = match (&hs256, &rs256) {
+            (Some(_), Some(_)) => "HS256, RS256",
+            (Some(_), None) => "HS256",
+            (None, Some(_)) => "RS256",
+            (None, None) => "none configured",
+        };
+        Ok(JwtVerifier {
+            hs256,
+            rs256,
+            accepted,
+        })
+    }
+
+    /// Checks `token` at time `now_s` and returns its grants.
+    pub fn verify(&self, token: &str, now_s: u64) -> Result<Grants, JwtError> {
+        if token.len() > MAX_TOKEN_LEN {
+            return Err(JwtError::Malformed);
+        }
+        let header = jsonwebtoken::decode_header(token).map_err(|_| JwtError::Malformed)?;
+        let key = match header.alg {
+            Algorithm::HS256 => self.hs256.as_ref(),
+            Algorithm::RS256 => self.rs256.as_ref(),
+            _ => None,
+        }
+        .ok_or(JwtError::Algorithm(self.accepted))?;
+        let mut v = Validation::new(header.alg);
+        // `exp` is optional and checked below against the caller's clock;
+        // no audience is defined for push tokens.
+        v.validate_exp = false;
+        v.validate_aud = false;
+        v.required_spec_claims.clear();
+        let claims = jsonwebtoken::decode::<Claims>(token, key, &v)
+            .map_err(|e| match e.kind() {
+                ErrorKind::InvalidSignature | ErrorKind::InvalidRsaKey(_) => JwtError::Signature,
+                ErrorKind::InvalidAlgorithm => JwtError::Algorithm(self.accepted),
+                _ => JwtError::Malformed,
+            })?
+            .claims;
+        if claims.exp.is_some_and(|exp| exp <= now_s) {
+            return Err(JwtError::Expired);
+        }
+        Grants::new(claims.sub, &claims.subscribe, &claims.publish)
+    }
+}
+
+/// Checks an HS256 `token` against `secret` at time `now_s`.
+pub fn verify(token: &str, secret: &[u8], now_s: u64) -> Result<Grants, JwtError> {
+    JwtVerifier::new(secret, "")
+        .map_err(|_| JwtError::Signature)?
+        .verify(token, now_s)
+}
+
+/// Signs `claims` (a JSON object) with HS256 and `secret`: for tests and tools.
 pub fn sign(claims: &serde_json::Value, secret: &[u8]) -> String {
-    let h = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
-    let c = URL_SAFE_NO_PAD.encode(claims.to_string());
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
-    mac.update(format!("{h}.{c}").as_bytes());
-    let sig = URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());
-    format!("{h}.{c}.{sig}")
+    jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        claims,
+        &EncodingKey::from_secret(secret),
+    )
+    .expect("HS256 signs any JSON value")
+}
+
+/// Signs `claims` with RS256 and a PEM RSA private key: for tests and tools.
+pub fn sign_rs256(claims: &serde_json::Value, private_key_pem: &str) -> Result<String, KeyError> {
+    let key = EncodingKey::from_rsa_pem(private_key_pem.as_bytes())
+        .map_err(|e| KeyError(e.to_string()))?;
+    jsonwebtoken::encode(&Header::new(Algorithm::RS256), claims, &key)
+        .map_err(|e| KeyError(e.to_string()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine as _;
     use serde_json::json;
 
     const KEY: &[u8] = b"k3y";
+    const RSA_PRIVATE: &str = include_str!("../../tests/keys/rs256_private.pem");
+    const RSA_PUBLIC: &str = include_str!("../../tests/keys/rs256_public.pem");
+    const OTHER_PRIVATE: &str = include_str!("../../tests/keys/other_private.pem");
 
     #[test]
     fn a_good_token_grants_its_claims() {
@@ -122,11 +191,32 @@ mod tests {
             URL_SAFE_NO_PAD.encode(br#"{"alg":"none"}"#),
             URL_SAFE_NO_PAD.encode("{}")
         );
-        assert_eq!(verify(&none, KEY, 0), Err(JwtError::Algorithm));
+        assert_eq!(verify(&none, KEY, 0), Err(JwtError::Malformed));
         let mut tampered = sign(&json!({"subscribe":["a"]}), KEY);
         tampered.insert(40, 'x');
         assert!(verify(&tampered, KEY, 0).is_err());
         let t = sign(&json!({"subscribe":["a..b"]}), KEY);
         assert_eq!(verify(&t, KEY, 0), Err(JwtError::BadClaim("subscribe")));
+    }
+
+    #[test]
+    fn rs256_tokens_are_checked_against_the_public_key() {
+        let v = JwtVerifier::new(b"", RSA_PUBLIC).unwrap();
+        let claims = json!({"sub":"u2","exp":2000,"subscribe":["a.>"]});
+        let t = sign_rs256(&claims, RSA_PRIVATE).unwrap();
+        let g = v.verify(&t, 1000).unwrap();
+        assert_eq!(g.subject(), Some("u2"));
+        assert!(g.may_subscribe("a.b") && !g.may_subscribe("b.c"));
+        assert_eq!(v.verify(&t, 2000), Err(JwtError::Expired));
+        let forged = sign_rs256(&claims, OTHER_PRIVATE).unwrap();
+        assert_eq!(v.verify(&forged, 1000), Err(JwtError::Signature));
+        // An HS256 token is refused when only the RSA key is configured
+        // (no algorithm confusion: the public key is never an HMAC secret).
+        let hs = sign(&claims, RSA_PUBLIC.as_bytes());
+        assert_eq!(v.verify(&hs, 1000), Err(JwtError::Algorithm("RS256")));
+        let both = JwtVerifier::new(KEY, RSA_PUBLIC).unwrap();
+        assert!(both.verify(&t, 1000).is_ok());
+        assert!(both.verify(&sign(&claims, KEY), 1000).is_ok());
+        assert!(JwtVerifier::new(b"", "not a pem").is_err());
     }
 }

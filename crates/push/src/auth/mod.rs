@@ -1,23 +1,25 @@
-//! `[push] auth = "jwt"`: HS256 tokens ([`jwt`]) whose `subscribe` and
-//! `publish` claims bound what their holder may do ([`grants`]).
+//! `[push] auth = "jwt"`: HS256 or RS256 tokens ([`jwt`]) whose `subscribe`
+//! and `publish` claims bound what their holder may do ([`grants`]).
 
 pub mod grants;
 pub mod jwt;
 
 pub use grants::Grants;
-pub use jwt::{verify, JwtError};
+pub use jwt::{verify, JwtError, JwtVerifier};
 
 use crate::config::{AuthMode, PushConfig};
 
 /// What a connection may do: everything when auth is off, else what its
 /// token grants.
-pub fn authorize(config: &PushConfig, token: Option<&str>, now_s: u64) -> Result<Grants, JwtError> {
+pub fn authorize(
+    config: &PushConfig,
+    keys: &JwtVerifier,
+    token: Option<&str>,
+    now_s: u64,
+) -> Result<Grants, JwtError> {
     match config.auth {
         AuthMode::None => Ok(Grants::all()),
-        AuthMode::Jwt => {
-            let token = token.ok_or(JwtError::Missing)?;
-            verify(token, config.jwt_secret.as_bytes(), now_s)
-        }
+        AuthMode::Jwt => keys.verify(token.ok_or(JwtError::Missing)?, now_s),
     }
 }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::engine::EngineSession;
+use crate::engineio::handshake::Transport;
 
 /// sid → session.
 #[derive(Debug, Default)]
@@ -37,6 +38,17 @@ impl SessionRegistry {
     /// Live sessions.
     pub fn len(&self) -> usize {
         self.map.lock().len()
+    }
+
+    /// Live sessions on (polling, websocket), for `$sys.stats` (once a
+    /// second: one pass under the lock).
+    pub fn count_by_transport(&self) -> (u64, u64) {
+        let m = self.map.lock();
+        let websocket = m
+            .values()
+            .filter(|s| s.transport() == Transport::WebSocket)
+            .count() as u64;
+        (m.len() as u64 - websocket, websocket)
     }
 
     /// True when no session is live.

@@ -3,6 +3,10 @@
 //! packets into the application protocol, and hub messages out — taken from
 //! the session's hub queue only while the outbox has room, so a slow client
 //! leaves them in the bounded hub queue where the overflow policy applies.
+//!
+//! With recovery on, a session whose transport is lost is parked
+//! ([`crate::recovery::park`]), and one whose client reconnected elsewhere
+//! hands its state over.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +19,17 @@ use super::engine::{EngineSession, OUTBOX_SOFT_LIMIT};
 use crate::app::App;
 use crate::context::PushContext;
 use crate::engineio::packet::EioPacket;
+use crate::recovery::park::park;
+
+/// How a session task ends, for what becomes of its state.
+enum End {
+    /// The transport is gone (closed, ping timeout): park for recovery.
+    Lost(String),
+    /// A protocol error or a slow-consumer disconnect: drop it.
+    Fatal(String),
+    /// A reconnecting client asked for it.
+    TakenOver,
+}
 
 /// Hub messages moved into the outbox per wake-up at most.
 pub const DELIVERY_BATCH: usize = 256;
@@ -32,14 +47,18 @@ pub async fn run(
     let mut pong_due: Option<Instant> = None;
     let mut batch = Vec::with_capacity(DELIVERY_BATCH);
     let mut frames = Vec::new();
-    let reason: String = loop {
+    let end = loop {
         let room = OUTBOX_SOFT_LIMIT.saturating_sub(session.outbox_len());
         let take = room.min(DELIVERY_BATCH);
+        let handle = app.recovery_handle();
         let sub = app.subscriber();
         tokio::select! {
-            _ = session.closed() => break "closed".into(),
+            _ = session.closed() => break End::Lost("closed".into()),
+            _ = async { handle.as_ref().expect("guarded").requested().await }, if handle.is_some() => {
+                break End::TakenOver;
+            }
             p = inbound.recv() => {
-                let Some(p) = p else { break "transport gone".into() };
+                let Some(p) = p else { break End::Lost("transport gone".into()) };
                 let r = match p {
                     EioPacket::Pong(_) => {
                         pong_due = None;
@@ -48,14 +67,14 @@ pub async fn run(
                     }
                     EioPacket::Message(t) => app.on_text(t, &session, &ctx).await,
                     EioPacket::Binary(b) => app.on_binary(b, &session, &ctx).await,
-                    EioPacket::Close => break "client closed".into(),
+                    EioPacket::Close => break End::Lost("client closed".into()),
                     // Pings from clients are not part of v4; noops and
                     // stray upgrades carry nothing.
                     EioPacket::Ping(_) | EioPacket::Noop | EioPacket::Upgrade => Ok(()),
-                    EioPacket::Open(_) => break "client sent an open packet".into(),
+                    EioPacket::Open(_) => break End::Fatal("client sent an open packet".into()),
                 };
                 if let Err(e) = r {
-                    break e.0;
+                    break End::Fatal(e.0);
                 }
             }
             _ = sleep_until(next_ping), if pong_due.is_none() => {
@@ -63,22 +82,35 @@ pub async fn run(
                 pong_due = Some(Instant::now() + timeout);
             }
             _ = sleep_until(pong_due.unwrap_or_else(Instant::now)), if pong_due.is_some() => {
-                break "ping timeout".into();
+                break End::Lost("ping timeout".into());
             }
             r = async { sub.expect("guarded").recv_many(&mut batch, take).await }, if take > 0 && sub.is_some() => {
                 match r {
-                    Ok(_) => {
+                    Ok(n) => {
+                        ctx.stats.delivered(n);
                         app.deliver(&batch, session.transport(), &mut frames);
                         batch.clear();
                         session.send(frames.drain(..));
                     }
-                    Err(e) => break e.to_string(),
+                    Err(e) => break End::Fatal(e.to_string()),
                 }
             }
             _ = session.drained(), if take == 0 => {}
         }
     };
-    debug!(sid = %session.sid, %reason, "engine.io session ended");
     session.close();
     ctx.sessions.remove(&session.sid);
+    match end {
+        End::Lost(reason) => {
+            debug!(sid = %session.sid, %reason, "engine.io session ended");
+            park(app, &ctx);
+        }
+        End::Fatal(reason) => debug!(sid = %session.sid, %reason, "engine.io session closed"),
+        End::TakenOver => {
+            debug!(sid = %session.sid, "engine.io session taken over by a reconnect");
+            if let Some(tx) = app.recovery_handle().and_then(|h| h.take_reply()) {
+                let _ = tx.send(app);
+            }
+        }
+    }
 }

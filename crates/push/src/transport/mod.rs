@@ -11,11 +11,11 @@ use axum::body::Body;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{RawQuery, State};
-use axum::http::{header, Method, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::app::{json::JsonSession, socketio::SocketIoApp, App};
-use crate::auth::{authorize, now_s, Grants};
+use crate::auth::Grants;
 use crate::context::PushContext;
 use crate::engineio::handshake::{new_sid, parse_query, query_param, HandshakeError, Transport};
 use crate::session::{task, EngineSession};
@@ -50,6 +50,27 @@ pub async fn handle(
     State(ctx): State<Arc<PushContext>>,
     method: Method,
     RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    body: Body,
+) -> Response {
+    let origin = match crate::origin::check(&ctx.config, &headers) {
+        Ok(o) => o,
+        Err(refusal) => return refusal.into_response(),
+    };
+    if method == Method::OPTIONS {
+        return crate::origin::preflight(origin, &headers);
+    }
+    let mut resp = route(flavor, ctx, method, query, ws, body).await;
+    crate::origin::add_cors(&mut resp, origin);
+    resp
+}
+
+async fn route(
+    flavor: Flavor,
+    ctx: Arc<PushContext>,
+    method: Method,
+    query: Option<String>,
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
     body: Body,
 ) -> Response {
@@ -104,9 +125,9 @@ fn open(
     // Socket.IO authenticates per namespace in CONNECT; plain Engine.IO
     // sessions carry their token in the handshake query.
     let grants = match flavor {
-        Flavor::EngineIo => {
-            authorize(&ctx.config, token, now_s()).map_err(|_| HandshakeError::Forbidden)?
-        }
+        Flavor::EngineIo => ctx
+            .authorize(token)
+            .map_err(|_| HandshakeError::Forbidden)?,
         Flavor::SocketIo => Grants::all(),
     };
     let sid = new_sid();
@@ -133,11 +154,13 @@ fn open(
     let app = match flavor {
         Flavor::SocketIo => App::SocketIo(Box::new(SocketIoApp::new(ctx))),
         Flavor::EngineIo if ctx.config.conformance => App::Echo,
-        Flavor::EngineIo => App::Json(Box::new(JsonSession::new(
-            ctx.hub.subscriber(ctx.config.subscriber_options()),
-            ctx.config.max_subscriptions,
-            grants,
-        ))),
+        Flavor::EngineIo => {
+            let j = JsonSession::new(ctx, grants);
+            if let Some(hello) = j.hello() {
+                crate::app::send_json(&session, vec![hello]);
+            }
+            App::Json(Box::new(j))
+        }
     };
     tokio::spawn(task::run(session.clone(), inbound, app, ctx.clone()));
     Ok((session, open_text))

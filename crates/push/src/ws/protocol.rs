@@ -40,6 +40,18 @@ pub enum ClientOp {
         #[serde(default)]
         binary: bool,
     },
+    /// Take over a lost session (its subscriptions and every message after
+    /// `offset`); sent before any subscribe.
+    Recover {
+        /// Echoed in the reply.
+        #[serde(default)]
+        id: Option<u64>,
+        /// The `session` id the lost connection was given.
+        session: String,
+        /// The offset of the last message received (0 or absent: none).
+        #[serde(default)]
+        offset: u64,
+    },
 }
 
 /// Decodes one request.
@@ -65,6 +77,14 @@ mod tests {
             decode(r#"{"op":"publish","topic":"a","payload":{"x":1}}"#),
             Ok(ClientOp::Publish { binary: false, .. })
         ));
+        assert_eq!(
+            decode(r#"{"op":"recover","session":"abc","offset":7}"#),
+            Ok(ClientOp::Recover {
+                id: None,
+                session: "abc".into(),
+                offset: 7
+            })
+        );
         assert!(decode(r#"{"op":"nope"}"#).is_err());
         assert!(decode("[").is_err());
     }

@@ -1,32 +1,47 @@
 //! A `/ws` connection: JSON requests in, replies and hub messages out. The
 //! writer drains everything queued and flushes once per wake-up; a hub
 //! queue that overflows under `disconnect` closes with code 1008 and the
-//! reason.
+//! reason. The server sends a WebSocket ping every `ping_interval_ms`; a
+//! client that has not answered with a pong `ping_timeout_ms` later is
+//! closed (code 1001), so dead connections are reaped. With recovery on, a
+//! lost connection's session is parked for its client to recover.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{RawQuery, State};
-use axum::response::Response;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, StreamExt};
+use tokio::time::{sleep_until, Instant};
+use tracing::debug;
 
 use crate::app::json::{JsonOut, JsonSession};
-use crate::auth::{authorize, now_s, Grants};
+use crate::app::App;
+use crate::auth::Grants;
 use crate::context::PushContext;
 use crate::engineio::handshake::query_param;
+use crate::recovery::park::park;
 use crate::session::task::DELIVERY_BATCH;
 
 /// WebSocket close code "policy violation": a slow consumer, a refused token.
 pub const CLOSE_POLICY: u16 = 1008;
+/// WebSocket close code "going away": no pong within the ping timeout.
+pub const CLOSE_GOING_AWAY: u16 = 1001;
 
 /// `GET /ws`.
 pub async fn handle(
     State(ctx): State<Arc<PushContext>>,
     RawQuery(query): RawQuery,
+    headers: HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Response {
+    if let Err(refusal) = crate::origin::check(&ctx.config, &headers) {
+        return refusal.into_response();
+    }
     let token = query.as_deref().and_then(|q| query_param(q, "token"));
-    let grants = authorize(&ctx.config, token, now_s());
+    let grants = ctx.authorize(token);
     ws.max_message_size(ctx.config.max_payload)
         .max_frame_size(ctx.config.max_payload)
         .on_upgrade(move |mut socket| async move {
@@ -34,14 +49,17 @@ pub async fn handle(
                 Ok(g) => serve(socket, ctx, g).await,
                 Err(e) => {
                     // Refused after the upgrade so the client can read why.
-                    let close = CloseFrame {
-                        code: CLOSE_POLICY,
-                        reason: e.to_string().into(),
-                    };
-                    let _ = socket.send(Message::Close(Some(close))).await;
+                    let _ = socket.send(close(CLOSE_POLICY, e.to_string())).await;
                 }
             }
         })
+}
+
+fn close(code: u16, reason: String) -> Message {
+    Message::Close(Some(CloseFrame {
+        code,
+        reason: reason.into(),
+    }))
 }
 
 fn frame(o: JsonOut) -> Message {
@@ -53,47 +71,94 @@ fn frame(o: JsonOut) -> Message {
     }
 }
 
+/// How a `/ws` connection ends, for what becomes of its session.
+enum End {
+    /// The connection is gone (closed, broken, no pong): park the session.
+    Lost,
+    /// Closed by the server for a reason the client is told; drop it.
+    Closed,
+    /// A reconnecting client took the session over.
+    TakenOver,
+}
+
 async fn serve(socket: WebSocket, ctx: Arc<PushContext>, grants: Grants) {
-    let mut session = JsonSession::new(
-        ctx.hub.subscriber(ctx.config.subscriber_options()),
-        ctx.config.max_subscriptions,
-        grants,
-    );
+    let mut session = JsonSession::new(&ctx, grants);
+    let _counted = ctx.stats.ws_session();
     let (mut tx, mut rx) = socket.split();
-    let mut out = Vec::new();
+    let mut out: Vec<JsonOut> = session.hello().into_iter().collect();
     let mut batch = Vec::with_capacity(DELIVERY_BATCH);
-    loop {
+    let interval = Duration::from_millis(ctx.config.ping_interval_ms);
+    let timeout = Duration::from_millis(ctx.config.ping_timeout_ms);
+    let mut next_ping = Instant::now() + interval;
+    let mut pong_due: Option<Instant> = None;
+    let end = loop {
+        // One flush for everything the last wake-up produced.
+        if !out.is_empty() {
+            let mut failed = false;
+            for o in out.drain(..) {
+                if tx.feed(frame(o)).await.is_err() {
+                    failed = true;
+                    break;
+                }
+            }
+            if failed || tx.flush().await.is_err() {
+                break End::Lost;
+            }
+        }
+        let handle = session.recovery_handle();
         tokio::select! {
             m = rx.next() => {
                 match m {
-                    Some(Ok(Message::Text(t))) => session.on_text(&t, &ctx.hub, &mut out).await,
+                    Some(Ok(Message::Text(t))) => session.on_text(&t, &ctx, &mut out).await,
                     Some(Ok(Message::Binary(b))) => session.on_binary(b, &ctx.hub, &mut out).await,
-                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
-                    _ => return,
+                    // Any pong answers the outstanding ping (browsers send
+                    // none unprompted; a stale one still proves liveness).
+                    Some(Ok(Message::Pong(_))) => {
+                        pong_due = None;
+                        next_ping = Instant::now() + interval;
+                    }
+                    Some(Ok(Message::Ping(_))) => {}
+                    _ => break End::Lost,
                 }
             }
             r = session.subscriber().recv_many(&mut batch, DELIVERY_BATCH) => {
                 match r {
-                    Ok(_) => {
+                    Ok(n) => {
+                        ctx.stats.delivered(n);
                         session.deliver(&batch, &mut out);
                         batch.clear();
                     }
                     Err(e) => {
-                        let close = CloseFrame { code: CLOSE_POLICY, reason: e.to_string().into() };
-                        let _ = tx.send(Message::Close(Some(close))).await;
-                        return;
+                        let _ = tx.send(close(CLOSE_POLICY, e.to_string())).await;
+                        break End::Closed;
                     }
                 }
             }
-        }
-        // One flush for everything this wake-up produced.
-        for o in out.drain(..) {
-            if tx.feed(frame(o)).await.is_err() {
-                return;
+            _ = sleep_until(next_ping), if pong_due.is_none() => {
+                if tx.send(Message::Ping(Default::default())).await.is_err() {
+                    break End::Lost;
+                }
+                pong_due = Some(Instant::now() + timeout);
+            }
+            _ = sleep_until(pong_due.unwrap_or_else(Instant::now)), if pong_due.is_some() => {
+                debug!("/ws client sent no pong within ping_timeout_ms; closing");
+                let _ = tx.send(close(CLOSE_GOING_AWAY, "ping timeout".into())).await;
+                break End::Lost;
+            }
+            _ = async { handle.as_ref().expect("guarded").requested().await }, if handle.is_some() => {
+                let _ = tx.send(close(CLOSE_POLICY, "session recovered by another connection".into())).await;
+                break End::TakenOver;
             }
         }
-        if tx.flush().await.is_err() {
-            return;
+    };
+    let app = App::Json(Box::new(session));
+    match end {
+        End::Lost => park(app, &ctx),
+        End::Closed => {}
+        End::TakenOver => {
+            if let Some(reply) = app.recovery_handle().and_then(|h| h.take_reply()) {
+                let _ = reply.send(app);
+            }
         }
     }
 }

@@ -1,0 +1,168 @@
+//! Connection state recovery (Socket.IO ≥ 4.6 semantics, and the same for
+//! `/ws`): every event a session sends carries an offset; a session whose
+//! transport is lost is *parked* for `[push] recovery_window_ms` — its
+//! subscriptions stay in place and what arrives meanwhile is logged — and a
+//! client that comes back with the session's id (Socket.IO's `pid`) and its
+//! last offset takes the session over and is sent every event after that
+//! offset, exactly once and in order. Past the window, or when the client
+//! missed more than the replay log holds ([`log`]), it gets a clean "not
+//! recovered" and starts afresh.
+//!
+//! Offsets are per session, not per topic: the hub promises no order across
+//! subscriber queues (two publishers on one topic may reach two queues in
+//! different orders), so only the session itself can say what it sent
+//! before and after a given event.
+//!
+//! Here: the registry of recoverable sessions by id ([`RecoveryRegistry`]),
+//! the handle through which a live or parked session is asked to hand its
+//! state over, and the parked task ([`park`]).
+
+pub mod log;
+pub mod park;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::{oneshot, Notify};
+
+use crate::app::App;
+use crate::engineio::handshake::new_sid;
+
+pub use log::ReplayLog;
+
+/// How long a reconnecting client waits for the old session to hand its
+/// state over (it is answered within one wake-up of that session's task).
+pub const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where a session that owns recoverable state is asked to give it up.
+#[derive(Debug, Default)]
+pub struct RecoveryHandle {
+    requested: Notify,
+    reply: Mutex<Option<oneshot::Sender<App>>>,
+}
+
+impl RecoveryHandle {
+    /// Resolves when a reconnecting client asks for this session's state.
+    pub async fn requested(&self) {
+        self.requested.notified().await
+    }
+
+    /// Where to send the state, once requested (None if the asker is gone
+    /// or nobody asked).
+    pub fn take_reply(&self) -> Option<oneshot::Sender<App>> {
+        self.reply.lock().take()
+    }
+}
+
+/// The registration of one recoverable session; dropping it (the session
+/// ended for good) forgets the id.
+#[derive(Debug)]
+pub struct Ticket {
+    pid: String,
+    handle: Arc<RecoveryHandle>,
+    registry: Arc<RecoveryRegistry>,
+}
+
+impl Ticket {
+    /// The session id a client recovers with (Socket.IO's `pid`).
+    pub fn pid(&self) -> &str {
+        &self.pid
+    }
+
+    /// The handle its owner listens on.
+    pub fn handle(&self) -> &Arc<RecoveryHandle> {
+        &self.handle
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut m = self.registry.map.lock();
+        if m.get(&self.pid)
+            .is_some_and(|h| Arc::ptr_eq(h, &self.handle))
+        {
+            m.remove(&self.pid);
+        }
+    }
+}
+
+/// Recoverable sessions (live and parked) by id, and recovery counters.
+#[derive(Debug, Default)]
+pub struct RecoveryRegistry {
+    map: Mutex<HashMap<String, Arc<RecoveryHandle>>>,
+    parked: AtomicUsize,
+    recovered: AtomicU64,
+    not_recovered: AtomicU64,
+}
+
+impl RecoveryRegistry {
+    /// Registers a new recoverable session, unless `max` are registered.
+    pub fn register(self: &Arc<Self>, max: usize) -> Option<Ticket> {
+        let mut m = self.map.lock();
+        if m.len() >= max {
+            return None;
+        }
+        let pid = new_sid();
+        let handle = Arc::new(RecoveryHandle::default());
+        m.insert(pid.clone(), handle.clone());
+        Some(Ticket {
+            pid,
+            handle,
+            registry: self.clone(),
+        })
+    }
+
+    /// Asks the session `pid` (live or parked) for its state.
+    pub async fn take(&self, pid: &str) -> Option<App> {
+        let h = self.map.lock().get(pid).cloned()?;
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut slot = h.reply.lock();
+            if slot.as_ref().is_some_and(|s| !s.is_closed()) {
+                // Another reconnect is already taking it over.
+                return None;
+            }
+            *slot = Some(tx);
+        }
+        h.requested.notify_one();
+        tokio::time::timeout(TAKEOVER_TIMEOUT, rx).await.ok()?.ok()
+    }
+
+    /// Registered sessions (live and parked).
+    pub fn len(&self) -> usize {
+        self.map.lock().len()
+    }
+
+    /// True when none is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Sessions parked now.
+    pub fn parked(&self) -> usize {
+        self.parked.load(Ordering::Relaxed)
+    }
+
+    /// Reconnects that recovered their session so far.
+    pub fn recovered(&self) -> u64 {
+        self.recovered.load(Ordering::Relaxed)
+    }
+
+    /// Reconnects that asked for recovery and started afresh.
+    pub fn not_recovered(&self) -> u64 {
+        self.not_recovered.load(Ordering::Relaxed)
+    }
+
+    /// Counts one recovery attempt's outcome.
+    pub fn count(&self, recovered: bool) {
+        let c = if recovered {
+            &self.recovered
+        } else {
+            &self.not_recovered
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,70 @@
+//! A parked session: its transport is gone, its state waits
+//! `recovery_window_ms` for the client to come back. Messages keep arriving
+//! in its bounded hub queue and are moved into its replay log (bounded
+//! too), so a client that returns is sent them; the window's end drops the
+//! state, and with it the subscriptions and the session id.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::{sleep_until, Instant};
+use tracing::debug;
+
+use crate::app::App;
+use crate::context::PushContext;
+use crate::engineio::handshake::Transport;
+use crate::session::task::DELIVERY_BATCH;
+
+/// Parks `app` (already detached from its transport) if recovery is on,
+/// it has something to recover and fewer than `max_sessions` are parked;
+/// otherwise drops it.
+pub fn park(mut app: App, ctx: &Arc<PushContext>) {
+    let window = Duration::from_millis(ctx.config.recovery_window_ms);
+    let registry = ctx.recovery.clone();
+    if window.is_zero() || !app.recoverable() {
+        return;
+    }
+    if registry.parked.fetch_add(1, Ordering::Relaxed) >= ctx.config.max_sessions {
+        registry.parked.fetch_sub(1, Ordering::Relaxed);
+        return;
+    }
+    app.detach();
+    tokio::spawn(async move {
+        hold(app, window).await;
+        registry.parked.fetch_sub(1, Ordering::Relaxed);
+    });
+}
+
+async fn hold(mut app: App, window: Duration) {
+    let Some(handle) = app.recovery_handle() else {
+        return;
+    };
+    let deadline = Instant::now() + window;
+    let mut batch = Vec::with_capacity(DELIVERY_BATCH);
+    let mut nothing = Vec::new();
+    loop {
+        let Some(sub) = app.subscriber() else { return };
+        tokio::select! {
+            _ = handle.requested() => {
+                if let Some(tx) = handle.take_reply() {
+                    let _ = tx.send(app);
+                }
+                return;
+            }
+            _ = sleep_until(deadline) => {
+                debug!("recovery window over; parked session dropped");
+                return;
+            }
+            r = sub.recv_many(&mut batch, DELIVERY_BATCH) => {
+                if r.is_err() {
+                    return;
+                }
+                // Detached: delivering only logs, with offsets.
+                app.deliver(&batch, Transport::Polling, &mut nothing);
+                batch.clear();
+                nothing.clear();
+            }
+        }
+    }
+}
