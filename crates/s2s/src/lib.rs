@@ -8,7 +8,9 @@
 //! - [`http`]: discovery (`/nifi-api/site-to-site`) and the HTTP transport
 //!   (`/nifi-api/data-transfer/...`), an axum router merged into `[http]`;
 //! - [`ports`]: input/output ports shared by both transports;
-//! - [`client`]: a RAW and HTTP client, used by the load generator and tests;
+//! - [`client`]: a RAW and HTTP client, used by the load generator, the tests
+//!   and the sink;
+//! - [`sink`]: `[sinks.s2s]`, hub topics delivered to a NiFi input port;
 //! - [`tls`]: client-certificate DNs against the per-port allow lists, and
 //!   the RAW client's TLS;
 //! - [`config`]: the `[s2s]` section.
@@ -20,6 +22,7 @@ pub mod frame_io;
 pub mod http;
 pub mod ports;
 pub mod server;
+pub mod sink;
 pub mod tls;
 
 pub use config::{PortConfig, S2sConfig};

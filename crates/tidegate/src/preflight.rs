@@ -1,5 +1,6 @@
 //! Everything that can be wrong with a configuration, found before the
-//! first port opens: Kafka settings accepted by librdkafka, every listener's
+//! first port opens: Kafka settings accepted by librdkafka, the S2S sink's
+//! URLs and TLS files, every listener's
 //! TLS files loaded, every route's sink present, S2S port topics valid, and
 //! then every listener bound. `tidegate serve` runs this and only then
 //! serves; `tidegate config --check` runs exactly this and stops;
@@ -17,6 +18,7 @@ use tidegate_forward::ForwardServer;
 use tidegate_hub::{Hub, InflightBudget, NullSink, RouteTable, Sink};
 use tidegate_kafka::KafkaSink;
 use tidegate_listener::{load_tls, Listener, ListenerError};
+use tidegate_s2s::sink::S2sSink;
 use tidegate_s2s::{S2sPorts, S2sServer};
 use tidegate_wire::server::WireServer;
 use tidegate_wire::sockperf::SockperfServer;
@@ -69,6 +71,9 @@ pub fn prepare(config: Config, file: Option<&Path>) -> Result<Prepared, Prefligh
     if let Some(k) = &config.sinks.kafka {
         tidegate_kafka::validate(k).map_err(|e| fail(e.to_string()))?;
     }
+    if let Some(s) = &config.sinks.s2s {
+        s.validate().map_err(|e| fail(e.to_string()))?;
+    }
     // Every TLS file, before any port opens.
     for (section, settings) in config.listeners() {
         load_tls(section, &settings).map_err(listener_err)?;
@@ -83,10 +88,21 @@ pub fn prepare(config: Config, file: Option<&Path>) -> Result<Prepared, Prefligh
         }
         None => None,
     };
+    let s2s_sink = match &config.sinks.s2s {
+        Some(s) => {
+            let sink = Arc::new(S2sSink::new(s.clone()).map_err(|e| fail(e.to_string()))?);
+            sinks.push(sink.clone());
+            Some(sink)
+        }
+        None => None,
+    };
     let routes = RouteTable::build(&config.routes, &sinks).map_err(|e| fail(e.to_string()))?;
     let hub = Hub::with_budget(routes, InflightBudget::new(config.hub.max_inflight_bytes));
     if let Some(k) = &kafka {
         k.register_metrics(hub.metrics());
+    }
+    if let Some(s) = &s2s_sink {
+        s.register_metrics(hub.metrics());
     }
     let s2s_ports = S2sPorts::new(config.s2s.clone(), hub.clone())
         .map_err(|e| fail(format!("[[s2s.input_ports]] / [[s2s.output_ports]]: {e}")))?;
@@ -179,7 +195,14 @@ pub async fn probe(p: &Prepared, timeout: Duration) -> Result<String, String> {
             .await
             .map_err(|e| format!("probe failed: {e}"))?;
         out.push_str(&format!("[sinks.kafka] probe:\n{report}\n"));
-    } else {
+    }
+    if let Some(s) = &p.config.sinks.s2s {
+        let report = tidegate_s2s::sink::probe(s, timeout)
+            .await
+            .map_err(|e| format!("[sinks.s2s] probe failed: {e}"))?;
+        out.push_str(&format!("[sinks.s2s] probe:\n{report}"));
+    }
+    if p.config.sinks.kafka.is_none() && p.config.sinks.s2s.is_none() {
         out.push_str("  no sink to probe\n");
     }
     Ok(out)

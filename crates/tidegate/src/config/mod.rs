@@ -19,6 +19,7 @@ use tidegate_hub::RouteConfig;
 use tidegate_kafka::KafkaConfig;
 use tidegate_kv::KvConfig;
 use tidegate_listener::ListenerSettings;
+use tidegate_s2s::sink::S2sSinkConfig;
 use tidegate_s2s::S2sConfig;
 use tidegate_wire::{SockperfConfig, WireConfig};
 
@@ -103,6 +104,9 @@ pub struct SinksConfig {
     /// `[sinks.kafka]`
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kafka: Option<KafkaConfig>,
+    /// `[sinks.s2s]`: a NiFi input port over Site-to-Site.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub s2s: Option<S2sSinkConfig>,
 }
 
 /// A configuration that cannot be used.
@@ -230,7 +234,9 @@ fn check(c: &Config, path: &Path) -> Result<(), ConfigError> {
     for r in &c.routes {
         tidegate_hub::Pattern::parse(&r.topics)
             .map_err(|e| inconsistent(format!("[[routes]] topics = {:?}: {e}", r.topics)))?;
-        let known = r.sink == "null" || (r.sink == "kafka" && c.sinks.kafka.is_some());
+        let known = r.sink == "null"
+            || (r.sink == "kafka" && c.sinks.kafka.is_some())
+            || (r.sink == "s2s" && c.sinks.s2s.is_some());
         if !known {
             return Err(inconsistent(format!(
                 "[[routes]] for {:?} names sink {:?}, which is not configured (add a [sinks.{}] section, or use \"null\")",
