@@ -244,6 +244,7 @@ fn delivered(
         }
     }
     let mut buf = BytesMut::new();
+    metrics.frames_out(msgs.len() as u64);
     for m in msgs.drain(..) {
         // Encoded once per message, shared by all its subscribers' writers.
         let frame = m.encoded(EncodedForm::WireMessage, |m| {

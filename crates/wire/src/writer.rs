@@ -76,6 +76,9 @@ pub(crate) async fn run(
                 }
             }
         }
+        if !msgs.is_empty() {
+            metrics.frames_out(msgs.len() as u64);
+        }
         for m in msgs.drain(..) {
             // Encoded once per message, whichever of its subscribers' writers
             // gets there first; the others copy the shared bytes.
