@@ -4,8 +4,8 @@
 //! task delivers it when the replica answers again, then forgets it.
 //!
 //! Bounded: at most [`MAX_HINTS_PER_NODE`] keys are kept per node; past
-//! that a hint is dropped and counted (the replica then catches up only
-//! through read repair or later writes). Hints are kept whatever the write's
+//! that a hint is dropped and counted (the replica then catches up
+//! through read repair, anti-entropy or later writes). Hints are kept whatever the write's
 //! outcome for the client (201 or 504): the record is newer than what the
 //! replica has, so delivering it is always safe under last-write-wins.
 
