@@ -64,6 +64,10 @@ const STREAM_CHANNEL_CHUNKS: usize = 16;
 const APPLY_BATCH_ENTRIES: usize = 256;
 /// Received bytes that also close a batch.
 const APPLY_BATCH_BYTES: usize = 4 * 1024 * 1024;
+/// Longest wait before the first pass after start: a node that comes back
+/// with an empty data directory starts refilling within seconds, not one
+/// whole interval later.
+const FIRST_PASS_DELAY: Duration = Duration::from_secs(5);
 /// Age of our own trees past which they are built again, when
 /// anti-entropy is off here (we still answer peers that run it).
 const TREE_MAX_AGE_WHEN_OFF: Duration = Duration::from_secs(60);
@@ -119,13 +123,16 @@ impl AntiEntropy {
         (0..self.ring.len()).find(|&i| i != self.ring.self_index() && self.ring.url(i) == url)
     }
 
-    /// Runs a pass with every peer every `interval`, for as long as `ae`
-    /// lives (the task holds only a weak reference between passes).
+    /// Runs a pass with every peer every `interval` (the first one
+    /// sooner, [`FIRST_PASS_DELAY`]), for as long as `ae` lives (the task
+    /// holds only a weak reference between passes).
     pub fn spawn(ae: &Arc<AntiEntropy>, interval: Duration) {
         let weak = Arc::downgrade(ae);
         tokio::spawn(async move {
+            let mut wait = interval.min(FIRST_PASS_DELAY);
             loop {
-                tokio::time::sleep(interval).await;
+                tokio::time::sleep(wait).await;
+                wait = interval;
                 let Some(ae) = weak.upgrade() else { return };
                 ae.pass().await;
             }
@@ -138,7 +145,18 @@ impl AntiEntropy {
             if peer == self.ring.self_index() {
                 continue;
             }
-            match self.exchange(peer).await {
+            let (started, repaired) = (Instant::now(), self.metrics.ae_keys_repaired.get());
+            let outcome = self.exchange(peer).await;
+            let repaired = self.metrics.ae_keys_repaired.get() - repaired;
+            if repaired > 0 {
+                tracing::info!(
+                    peer = self.ring.url(peer),
+                    repaired,
+                    ms = started.elapsed().as_millis() as u64,
+                    "kv: anti-entropy repaired keys"
+                );
+            }
+            match outcome {
                 Ok(()) => {
                     self.metrics.ae_exchanges.inc();
                 }
