@@ -221,9 +221,53 @@ impl Drop for BudgetPermit {
     }
 }
 
+/// The budget bytes of one HTTP request body, shared between the server
+/// that metered them as they arrived and the handler of the request.
+///
+/// The server gives them back once the response is produced — unless the
+/// handler took them to keep beside data it still holds after answering
+/// (an S2S transaction's FlowFiles wait for the client's commit).
+#[derive(Debug, Clone)]
+pub struct BodyBytes(Arc<parking_lot::Mutex<BudgetPermit>>);
+
+impl BodyBytes {
+    /// Starts with `permit` (usually empty).
+    pub fn new(permit: BudgetPermit) -> Self {
+        BodyBytes(Arc::new(parking_lot::Mutex::new(permit)))
+    }
+
+    /// Adds the bytes of another piece of the body.
+    pub fn add(&self, permit: BudgetPermit) {
+        self.0.lock().merge(permit);
+    }
+
+    /// Takes every byte held so far; the server then has none to give back.
+    pub fn take(&self) -> BudgetPermit {
+        std::mem::replace(&mut *self.0.lock(), BudgetPermit::detached())
+    }
+
+    /// Bytes held now.
+    pub fn bytes(&self) -> usize {
+        self.0.lock().bytes()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn body_bytes_taken_by_a_handler_outlive_the_request() {
+        let b = InflightBudget::new(100);
+        let body = BodyBytes::new(b.empty());
+        body.add(b.try_acquire(30).unwrap());
+        body.add(b.try_acquire(20).unwrap());
+        let kept = body.take();
+        drop(body);
+        assert_eq!(b.in_use(), 50);
+        drop(kept);
+        assert_eq!(b.in_use(), 0);
+    }
 
     #[tokio::test]
     async fn bytes_come_back_when_permits_drop() {

@@ -5,10 +5,13 @@
 //! - [`config`]: the `[http]` section.
 //! - [`routes`]: the hub's own routes.
 //! - [`health`]: what `/readyz` knows (listeners accepting, sinks ready).
+//! - [`first_head`]: a connection's first request head, read into a buffer
+//!   that grows with what arrives before hyper allocates its own.
 //! - [`server`]: hyper on a listener-core connection, with the header-read,
 //!   request and idle timeouts, the body limit and the byte budget.
 
 pub mod config;
+pub mod first_head;
 pub mod health;
 pub mod routes;
 pub mod server;

@@ -31,11 +31,11 @@ use bytes::Bytes;
 use http_body::Frame;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use parking_lot::Mutex;
-use tidegate_hub::{BudgetPermit, InflightBudget};
+use tidegate_hub::{BodyBytes, BudgetPermit, InflightBudget};
 use tidegate_listener::{Activity, Connection};
 use tower::Service;
 
+use super::first_head::{read_first_head, FirstHead};
 use super::HttpConfig;
 
 /// Largest buffer hyper keeps per connection for headers and body reads.
@@ -82,8 +82,11 @@ async fn limit_body(State(limits): State<BodyLimits>, req: Request, next: Next) 
     if announced.is_some_and(|n| n > limits.max_body as u64) {
         return too_large(limits.max_body);
     }
-    let held = Arc::new(Mutex::new(limits.budget.empty()));
-    let (parts, body) = req.into_parts();
+    let held = BodyBytes::new(limits.budget.empty());
+    let (mut parts, body) = req.into_parts();
+    // A handler that keeps the body's data past its response (S2S holds
+    // FlowFiles until commit) takes these bytes with it.
+    parts.extensions.insert(held.clone());
     let body = MeteredBody {
         inner: http_body_util::Limited::new(body, limits.max_body),
         budget: limits.budget.clone(),
@@ -103,7 +106,7 @@ type Acquire = Pin<Box<dyn Future<Output = BudgetPermit> + Send>>;
 struct MeteredBody<B> {
     inner: B,
     budget: InflightBudget,
-    held: Arc<Mutex<BudgetPermit>>,
+    held: BodyBytes,
     waiting: Option<(Frame<Bytes>, Acquire)>,
 }
 
@@ -121,7 +124,7 @@ where
         let this = &mut *self;
         if let Some((_, acquire)) = this.waiting.as_mut() {
             let permit = std::task::ready!(acquire.as_mut().poll(cx));
-            this.held.lock().merge(permit);
+            this.held.add(permit);
             let (frame, _) = this.waiting.take().expect("checked above");
             return Poll::Ready(Some(Ok(frame)));
         }
@@ -134,14 +137,14 @@ where
             return Poll::Ready(Some(Ok(frame)));
         }
         if let Some(permit) = this.budget.try_acquire(n) {
-            this.held.lock().merge(permit);
+            this.held.add(permit);
             return Poll::Ready(Some(Ok(frame)));
         }
         let budget = this.budget.clone();
         let mut acquire: Acquire = Box::pin(async move { budget.acquire(n).await });
         match acquire.as_mut().poll(cx) {
             Poll::Ready(permit) => {
-                this.held.lock().merge(permit);
+                this.held.add(permit);
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Pending => {
@@ -280,6 +283,9 @@ async fn watchdog(
 /// handler that took it over.
 struct TrackedStream {
     stream: tidegate_listener::ConnStream,
+    /// The first head, read before hyper started (see [`super::first_head`]),
+    /// handed to hyper before anything else is read from the socket.
+    prefix: Bytes,
     clock: Arc<ConnClock>,
     origin: Instant,
     _dropped: tokio::sync::oneshot::Sender<()>,
@@ -291,6 +297,16 @@ impl tokio::io::AsyncRead for TrackedStream {
         cx: &mut Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
+        if !self.prefix.is_empty() {
+            let n = buf.remaining().min(self.prefix.len());
+            let head = self.prefix.split_to(n);
+            buf.put_slice(&head);
+            if self.prefix.is_empty() {
+                self.prefix = Bytes::new(); // let the head's buffer go
+            }
+            self.clock.bytes_read(self.origin);
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
         let r = Pin::new(&mut self.stream).poll_read(cx, buf);
         if buf.filled().len() > before {
@@ -343,8 +359,9 @@ pub async fn serve_connection(conn: Connection, app: Router) {
         peer,
         ..
     } = conn;
-    // hyper allocates its buffers when the connection is built: wait for
-    // the first byte first, so a quiet connection holds next to nothing.
+    // hyper allocates its buffers when it starts reading: wait for the
+    // first byte, then collect the first head in a buffer sized to what
+    // arrives, so a quiet or trickling connection holds next to nothing.
     let first_byte = async {
         match inbound.idle_timeout() {
             Some(idle) => tokio::time::timeout(idle, stream.readable()).await.ok(),
@@ -362,6 +379,26 @@ pub async fn serve_connection(conn: Connection, app: Router) {
         },
         _ = shutdown.cancelled() => return,
     }
+    let mut stream = stream;
+    let prefix = tokio::select! {
+        head = read_first_head(&mut stream, MAX_CONNECTION_BUFFER_BYTES, inbound.read_timeout()) => match head {
+            FirstHead::Ready(head) => head,
+            FirstHead::Closed => {
+                metrics.error("truncated");
+                return;
+            }
+            FirstHead::TimedOut => {
+                metrics.error("read_timeout");
+                return;
+            }
+            FirstHead::Failed(e) => {
+                metrics.error("io");
+                tracing::debug!(%peer, error = %e, "http connection failed before its first request");
+                return;
+            }
+        },
+        _ = shutdown.cancelled() => return,
+    };
     let activity = inbound.activity().clone();
     let clock = Arc::new(ConnClock::default());
     let origin = Instant::now();
@@ -389,6 +426,7 @@ pub async fn serve_connection(conn: Connection, app: Router) {
     let (dropped_tx, dropped) = tokio::sync::oneshot::channel::<()>();
     let stream = TrackedStream {
         stream,
+        prefix,
         clock: clock.clone(),
         origin,
         _dropped: dropped_tx,
