@@ -11,6 +11,7 @@ mod http;
 mod logging;
 mod preflight;
 mod serve;
+mod stats;
 
 use std::process::ExitCode;
 use std::time::Duration;

@@ -19,6 +19,7 @@ use tracing::{error, info, warn};
 use crate::config::Config;
 use crate::http::{self, Readiness};
 use crate::preflight::{self, PreflightError, Prepared};
+use crate::stats::{self, StatsSources};
 
 /// Why `serve` stopped with an error.
 #[derive(Debug, Error)]
@@ -114,6 +115,9 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
             s.run(hub.clone(), shutdown.clone()),
         );
     }
+    // Push is served on [http]; its context is kept for $sys.stats.
+    let push = (http.is_some() && config.push.enabled)
+        .then(|| tidegate_push::PushContext::new(hub.clone(), config.push.clone()));
     if let Some(l) = http {
         let port = l.local_addr().port();
         let app = http::routes::router(hub.clone(), readiness.clone()).merge(
@@ -123,7 +127,10 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
             Some(store) => app.merge(tidegate_kv::api::router(store)),
             None => app,
         };
-        let app = app.merge(tidegate_push::router(hub.clone(), config.push.clone()));
+        let app = match &push {
+            Some(ctx) => app.merge(tidegate_push::router_with_context(ctx.clone())),
+            None => app,
+        };
         let app = http::server::with_limits(app, &config.http, hub.budget().clone());
         let (hub, token) = (hub.clone(), shutdown.clone());
         start(&mut tasks, &readiness, "http", async move {
@@ -133,8 +140,17 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
             .await
         });
     }
+    let stats = stats::spawn(
+        StatsSources {
+            hub: hub.clone(),
+            sinks,
+            push: push.map(stats::push_sessions),
+        },
+        shutdown.clone(),
+    );
     info!(version = env!("CARGO_PKG_VERSION"), "tidegate serving");
     let result = supervise(&mut tasks, &readiness, &shutdown, grace, shutdown_signal()).await;
+    let _ = stats.await;
     hub.close();
     hub.flush_sinks(grace).await;
     info!("tidegate stopped");

@@ -1,12 +1,14 @@
 //! The `[http]` listener's own routes: `/metrics` (Prometheus text),
 //! `/healthz` (live: the process serves HTTP), `/readyz` (ready: every
 //! listener accepting, every sink connected and with room; 503 with a JSON
-//! reason otherwise) and `/` (a small status page). Protocol crates
-//! contribute their routers (S2S under `/nifi-api/`), merged in `serve`.
+//! reason otherwise) and `/` (the live dashboard: the files in `dashboard/`,
+//! compiled into the binary, fed by `$sys.stats` over `/ws`). Protocol
+//! crates contribute their routers (S2S under `/nifi-api/`), merged in
+//! `serve`.
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
-use axum::response::{Html, IntoResponse, Json};
+use axum::response::{IntoResponse, Json};
 use axum::routing::get;
 use axum::Router;
 use tidegate_hub::Hub;
@@ -25,7 +27,19 @@ pub fn router(hub: Hub, readiness: Readiness) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .route("/", get(dashboard))
+        .route("/", get(|| dashboard_file("text/html", DASHBOARD_HTML)))
+        .route(
+            "/dashboard/app.js",
+            get(|| dashboard_file("text/javascript", DASHBOARD_JS)),
+        )
+        .route(
+            "/dashboard/style.css",
+            get(|| dashboard_file("text/css", DASHBOARD_CSS)),
+        )
+        .route(
+            "/dashboard/favicon.svg",
+            get(|| dashboard_file("image/svg+xml", DASHBOARD_ICON)),
+        )
         .with_state(AppState { hub, readiness })
 }
 
@@ -49,24 +63,29 @@ async fn metrics(State(AppState { hub, .. }): State<AppState>) -> impl IntoRespo
     )
 }
 
-async fn dashboard(State(AppState { hub, .. }): State<AppState>) -> Html<String> {
-    let m = hub.metrics();
-    Html(format!(
-        "<!doctype html><meta charset=utf-8><title>Tidegate</title>\
-         <h1>Tidegate {}</h1>\
-         <table><tr><td>published</td><td>{}</td></tr>\
-         <tr><td>delivered to subscribers</td><td>{}</td></tr>\
-         <tr><td>dropped (drop-oldest)</td><td>{}</td></tr>\
-         <tr><td>routed to sinks</td><td>{}</td></tr>\
-         <tr><td>subscribers</td><td>{}</td></tr>\
-         <tr><td>subscriptions</td><td>{}</td></tr></table>\
-         <p>All counters: <a href=/metrics>/metrics</a></p>",
-        env!("CARGO_PKG_VERSION"),
-        m.published.get(),
-        m.delivered.get(),
-        m.dropped_oldest.get(),
-        m.routed.get(),
-        m.subscribers.get(),
-        m.subscriptions.get(),
-    ))
+const DASHBOARD_HTML: &str = include_str!("dashboard/index.html");
+const DASHBOARD_JS: &str = include_str!("dashboard/app.js");
+const DASHBOARD_CSS: &str = include_str!("dashboard/style.css");
+const DASHBOARD_ICON: &str = include_str!("dashboard/favicon.svg");
+
+/// The page may load nothing but this server's own files and open
+/// WebSockets to it: no CDN, no third-party script, no inline code.
+const DASHBOARD_CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+     connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; \
+     frame-ancestors 'none'";
+
+async fn dashboard_file(content_type: &'static str, body: &'static str) -> impl IntoResponse {
+    (
+        [
+            (
+                header::CONTENT_TYPE,
+                format!("{content_type}; charset=utf-8"),
+            ),
+            (header::CONTENT_SECURITY_POLICY, DASHBOARD_CSP.to_owned()),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_owned()),
+            // Served from the binary: a new build is a new page.
+            (header::CACHE_CONTROL, "no-cache".to_owned()),
+        ],
+        body,
+    )
 }
