@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use bytes::Bytes;
 use tidegate_s2s::client::{
-    discover, ClientError, ClientOptions, DynStream, HttpS2sClient, RawClient,
+    discover, http_peers, ClientError, ClientOptions, DynStream, HttpS2sClient, RawClient,
 };
 use tidegate_s2s::codec::DataPacket;
 
@@ -149,8 +149,9 @@ fn packets(client: usize, tx: u64, n: usize) -> Vec<DataPacket> {
 }
 
 /// Opens a client's connection the way the stock client does the first
-/// time: REST discovery, a peer-list connection (RAW), then the transfer
-/// connection with its handshake.
+/// time: REST discovery, the peer list (a RAW connection, or
+/// `GET /nifi-api/site-to-site/peers`), then the transfer connection with
+/// its handshake.
 async fn connect(sh: &Shared) -> Result<Conn, ClientError> {
     let t = Duration::from_millis(sh.args.timeout_ms);
     let d = discover(sh.http, t).await?;
@@ -166,6 +167,9 @@ async fn connect(sh: &Shared) -> Result<Conn, ClientError> {
     match sh.args.transport {
         Transport::Http => {
             let addr = SocketAddr::new(sh.http.ip(), d.http_port.unwrap_or(sh.http.port()));
+            // NiFi's client asks for the HTTP peers before its first
+            // transaction; so does this one.
+            http_peers(addr, None, t).await?;
             Ok(Conn::Http(
                 HttpS2sClient::connect(addr, &port_id, sh.args.gzip, t).await?,
             ))

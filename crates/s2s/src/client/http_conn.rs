@@ -35,6 +35,10 @@ pub mod media {
     pub const OCTET_STREAM: &str = "application/octet-stream";
 }
 
+/// Largest response body read (discovery, peer lists and transaction
+/// results are small; a peer sending more is refused, not buffered).
+pub const MAX_RESPONSE_BYTES: usize = 4 << 20;
+
 /// An answered request: status, headers, whole body.
 pub(crate) type Answer = (StatusCode, hyper::HeaderMap, Bytes);
 
@@ -120,10 +124,10 @@ impl HttpConn {
                 .await
                 .map_err(|e| ClientError::Http(e.to_string()))?;
             let (parts, body) = resp.into_parts();
-            let body = body
+            let body = http_body_util::Limited::new(body, MAX_RESPONSE_BYTES)
                 .collect()
                 .await
-                .map_err(|e| ClientError::Http(e.to_string()))?
+                .map_err(|e| ClientError::Http(format!("response body: {e}")))?
                 .to_bytes();
             Ok::<_, ClientError>((parts.status, parts.headers, body))
         };

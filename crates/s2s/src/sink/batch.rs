@@ -139,10 +139,9 @@ pub async fn collect(
                 Ok(i) => Some(i),
                 Err(mpsc::error::TryRecvError::Disconnected) => None,
                 Err(mpsc::error::TryRecvError::Empty) => {
-                    match tokio::time::timeout_at(deadline, queue.recv()).await {
-                        Ok(i) => i,
-                        Err(_) => None,
-                    }
+                    tokio::time::timeout_at(deadline, queue.recv())
+                        .await
+                        .unwrap_or_default()
                 }
             };
             let Some(item) = next else { break };

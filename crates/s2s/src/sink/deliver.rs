@@ -135,10 +135,8 @@ impl Worker {
                     return;
                 }
                 Err(e) => {
-                    if let Some(c) = self.conn.take() {
-                        // A half-done RAW transaction cannot be reused.
-                        drop(c);
-                    }
+                    // A half-done transaction's connection cannot be reused.
+                    self.conn = None;
                     sh.metrics.error(e.kind());
                     if busy(&e) {
                         sh.metrics.destination_full.inc();

@@ -10,8 +10,8 @@
 //!   into transactions;
 //! - [`deliver`]: the workers that run transactions and retry them;
 //! - [`outbound`]: [`S2sSink`], the hub's [`tidegate_hub::Sink`];
-//! - [`metrics`]: `tidegate_s2s_sink_*`;
-//! - [`probe`]: `tidegate config --probe`.
+//! - [`metrics`]: the sink's counters, `tidegate_s2s_sink_*` in `/metrics`;
+//! - [`probe`]: what `tidegate config --probe` asks NiFi.
 //!
 //! Not here: the Site-to-Site client itself ([`crate::client`]), which the
 //! load generator and the tests use too.

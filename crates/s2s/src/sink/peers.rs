@@ -142,11 +142,10 @@ impl PeerDirectory {
     /// first when there is none or it is older than `peer_refresh_ms`. A
     /// failed refresh keeps using the old list if there is one.
     pub async fn pick(&self) -> Result<(Peer, String), ClientError> {
-        let stale = self
-            .site
-            .lock()
-            .as_ref()
-            .is_none_or(|s| s.fetched.elapsed() >= self.refresh);
+        let stale = match self.site.lock().as_ref() {
+            Some(s) => s.fetched.elapsed() >= self.refresh,
+            None => true,
+        };
         if stale {
             match self.fetch_any().await {
                 Ok(site) => *self.site.lock() = Some(site),
