@@ -6,6 +6,7 @@ pub mod conns;
 pub mod echo;
 pub mod forward;
 pub mod push;
+pub mod kv;
 pub mod s2s;
 
 /// The scenarios `tidegate bench` knows.
@@ -17,6 +18,9 @@ pub enum Scenario {
     Forward(forward::ForwardArgs),
     /// Seed 000: NiFi Site-to-Site clients doing transactions.
     S2s(s2s::S2sArgs),
+    /// Seed 003: fixed-rate HTTP load on the KV API (wrk2's method), with
+    /// an nginx anchor.
+    Kv(kv::KvArgs),
     /// Seed 001: push fan-out — users x subscriptions over topics,
     /// delivery latency, beside the npm socket.io server (`--anchor`).
     Push(push::PushArgs),
@@ -34,6 +38,7 @@ impl Scenario {
             Scenario::S2s(a) => s2s::run(a).await,
             Scenario::Conns(a) => conns::run(a).await,
             Scenario::Push(a) => push::run(a).await,
+            Scenario::Kv(a) => kv::run(a).await,
         }
     }
 }

@@ -1,0 +1,213 @@
+//! `--nodes N` without `--target`: N `tidegate serve` child processes (this
+//! same executable) on free loopback ports, each with only `[http]` and
+//! `[kv]` on, one cluster (`nodes` lists all of them), fresh data
+//! directories under one temporary directory. Each node is sampled from
+//! /proc; all are stopped (SIGTERM, SIGKILL after 10 s) and the data
+//! removed at the end, also when the bench fails half-way.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::sampler::{ProcessStats, Sampler};
+
+/// How long a node may take to open its port.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// The cluster secret of a bench cluster (loopback only, thrown away after).
+const SECRET: &str = "tidegate-bench-kv";
+
+/// How to configure each node.
+#[derive(Debug, Clone)]
+pub struct ClusterSpec {
+    /// Number of nodes.
+    pub nodes: usize,
+    /// `[kv] sync`.
+    pub sync: String,
+    /// Parent of the temporary data directory (`None`: the system's).
+    pub data_parent: Option<PathBuf>,
+}
+
+struct Node {
+    child: Child,
+    sampler: Option<Sampler>,
+}
+
+/// A running local cluster.
+pub struct Cluster {
+    addrs: Vec<SocketAddr>,
+    nodes: Vec<Node>,
+    dir: PathBuf,
+}
+
+impl Cluster {
+    /// Starts the nodes and waits until each accepts connections.
+    pub fn start(spec: &ClusterSpec) -> anyhow::Result<Cluster> {
+        anyhow::ensure!(spec.nodes >= 1, "--nodes must be at least 1");
+        // Hold every probe until all ports are chosen (no port given twice).
+        let probes = (0..spec.nodes)
+            .map(|_| TcpListener::bind("127.0.0.1:0"))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let addrs = probes
+            .iter()
+            .map(TcpListener::local_addr)
+            .collect::<std::io::Result<Vec<_>>>()?;
+        drop(probes);
+        let parent = spec.data_parent.clone().unwrap_or_else(std::env::temp_dir);
+        let dir = parent.join(format!(
+            "tidegate-bench-kv-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        ));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut cluster = Cluster {
+            addrs: addrs.clone(),
+            nodes: Vec::new(),
+            dir,
+        };
+        let list = addrs
+            .iter()
+            .map(|a| format!("\"http://{a}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let exe = std::env::current_exe().context("locating the tidegate executable")?;
+        for (i, addr) in addrs.iter().enumerate() {
+            let config = node_config(*addr, &list, &cluster.dir.join(format!("data{i}")), spec);
+            let path = cluster.dir.join(format!("node{i}.toml"));
+            std::fs::File::create(&path)?.write_all(config.as_bytes())?;
+            let child = Command::new(&exe)
+                .arg("serve")
+                .arg("--config")
+                .arg(&path)
+                .env(
+                    "RUST_LOG",
+                    std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+                )
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .context("starting `tidegate serve`")?;
+            cluster.nodes.push(Node {
+                child,
+                sampler: None,
+            });
+        }
+        for (i, addr) in addrs.iter().enumerate() {
+            cluster.wait_ready(i, *addr)?;
+        }
+        for node in &mut cluster.nodes {
+            node.sampler = Some(Sampler::start(node.child.id(), Duration::from_secs(1)));
+        }
+        Ok(cluster)
+    }
+
+    fn wait_ready(&mut self, i: usize, addr: SocketAddr) -> anyhow::Result<()> {
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        loop {
+            if let Some(status) = self.nodes[i].child.try_wait()? {
+                bail!("node {i} (`tidegate serve` on {addr}) exited during start-up with {status}");
+            }
+            if TcpStream::connect(addr).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("node {i} did not open {addr} within {STARTUP_TIMEOUT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The nodes' `[http]` addresses, node 0 first.
+    pub fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// Bytes on disk under the nodes' data directories, per node.
+    pub fn disk_bytes(&self) -> Vec<u64> {
+        (0..self.nodes.len())
+            .map(|i| dir_size(&self.dir.join(format!("data{i}"))))
+            .collect()
+    }
+
+    /// Stops every node; returns their summed CPU (% of one core) and
+    /// summed peak RSS.
+    pub fn stop(mut self) -> ProcessStats {
+        self.stop_all()
+    }
+
+    fn stop_all(&mut self) -> ProcessStats {
+        let mut total = ProcessStats::default();
+        for node in &mut self.nodes {
+            let s = node.sampler.take().map(Sampler::finish).unwrap_or_default();
+            total.cpu_pct_avg += s.cpu_pct_avg;
+            total.cpu_pct_max += s.cpu_pct_max;
+            total.rss_kb_max += s.rss_kb_max;
+            total.samples = total.samples.max(s.samples);
+        }
+        for node in &mut self.nodes {
+            terminate(&mut node.child);
+        }
+        total
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop_all();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One node's configuration: only `[http]` and `[kv]` listen.
+fn node_config(addr: SocketAddr, list: &str, data: &Path, spec: &ClusterSpec) -> String {
+    format!(
+        "[http]\nlisten = \"{addr}\"\n[wire]\nenabled = false\n[sockperf]\nenabled = false\n\
+         [forward]\nenabled = false\n[s2s]\nenabled = false\n\
+         [kv]\ndata_dir = \"{}\"\nself = \"http://{addr}\"\nnodes = [{list}]\n\
+         cluster_secret = \"{SECRET}\"\nsync = \"{}\"\n",
+        data.display(),
+        spec.sync
+    )
+}
+
+/// SIGTERM, then SIGKILL after 10 s.
+fn terminate(child: &mut Child) {
+    if let Ok(Some(_)) = child.try_wait() {
+        return;
+    }
+    // SAFETY: kill(2) on a child we spawned and have not reaped, with a
+    // valid signal number; no memory is touched.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Total size of the files under `dir`.
+fn dir_size(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_size(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}

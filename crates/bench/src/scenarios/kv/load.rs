@@ -1,0 +1,437 @@
+//! The load itself: `--connections` keep-alive connections, one request in
+//! flight each, driven either at a fixed rate (wrk2's method) or, with
+//! `--rate 0`, as fast as answers come back (wrk's closed loop).
+//!
+//! Fixed rate, corrected for coordinated omission: request `n` is *due* at
+//! `start + n / rate` and belongs to connection `n mod connections`. One
+//! pacer thread (a plain thread: `nanosleep` wakes within tens of µs,
+//! tokio's timer only to the millisecond) hands each request to its
+//! connection's bounded queue when it falls due; the connection sends it as
+//! soon as the previous answer arrived, and its latency is counted from the
+//! *due* time. A server that stalls therefore shows the whole stall in the
+//! percentiles, for every request that queued behind it, instead of
+//! slowing the schedule down. A request whose connection queue is full
+//! (the server is far behind) is dropped and counted — never silently
+//! skipped.
+//!
+//! The measured window is `[start + warmup, start + warmup + duration)`:
+//! requests due in it are counted due; those written before the window's
+//! end are counted sent; those answered with the expected status (by the
+//! end of the run: at most `timeout` later) are counted delivered, and
+//! their latencies are recorded. Nothing is sent after the window's end.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+use super::http::Conn;
+use super::request::{Method, RequestPlan};
+use crate::latency::LatencyRecorder;
+use crate::{Progress, Schedule, Window};
+
+/// Requests waiting per connection before the pacer drops new ones.
+const CONN_QUEUE: usize = 4096;
+/// Pause after a failed connect, so a dead server does not spin the client.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(10);
+
+/// The statuses a server that handled a request well answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expect {
+    /// For a PUT.
+    pub put: u16,
+    /// For a GET.
+    pub get: u16,
+}
+
+impl Expect {
+    /// Tidegate KV: 201 Created, 200 OK.
+    pub const KV: Expect = Expect { put: 201, get: 200 };
+    /// A server answering a trivial 200 to everything (the anchor).
+    pub const ANY_200: Expect = Expect { put: 200, get: 200 };
+
+    fn status(&self, m: Method) -> u16 {
+        match m {
+            Method::Put => self.put,
+            Method::Get => self.get,
+        }
+    }
+}
+
+/// One measured run.
+#[derive(Debug, Clone)]
+pub struct LoadSpec {
+    /// Servers; connection `i` goes to `addrs[i mod len]`.
+    pub addrs: Vec<SocketAddr>,
+    /// Requests per second, or 0 for the closed loop.
+    pub rate: u64,
+    /// Connections.
+    pub connections: usize,
+    /// Not measured, before the window.
+    pub warmup: Duration,
+    /// The measured window.
+    pub duration: Duration,
+    /// Longest wait for one answer (then the connection is dropped).
+    pub timeout: Duration,
+    /// What each request is.
+    pub plan: RequestPlan,
+    /// What a good answer is.
+    pub expect: Expect,
+}
+
+/// What a run measured.
+#[derive(Debug, Clone, Default)]
+pub struct LoadOutcome {
+    /// Counts of the measured window.
+    pub window: Window,
+    /// Requests written over the whole run.
+    pub sent: u64,
+    /// Answers over the whole run (any status).
+    pub received: u64,
+    /// Errors by kind (`status_404`, `timeout`, `connection`, `dropped_by_client`…).
+    pub errors: BTreeMap<String, u64>,
+    /// Latencies of the window's answered requests (from their due time).
+    pub latency: LatencyRecorder,
+    /// Worst delay between a request's due time and its write.
+    pub max_send_lag: Duration,
+}
+
+impl LoadOutcome {
+    fn merge(&mut self, o: ConnStats) {
+        self.window.sent += o.sent_window;
+        self.window.delivered += o.delivered_window;
+        self.sent += o.sent;
+        self.received += o.received;
+        for (k, v) in o.errors {
+            *self.errors.entry(k).or_default() += v;
+        }
+        self.latency.merge(&o.latency);
+        self.max_send_lag = self.max_send_lag.max(o.max_send_lag);
+    }
+}
+
+#[derive(Default)]
+struct ConnStats {
+    sent: u64,
+    received: u64,
+    sent_window: u64,
+    delivered_window: u64,
+    errors: BTreeMap<String, u64>,
+    latency: LatencyRecorder,
+    max_send_lag: Duration,
+}
+
+impl ConnStats {
+    fn error(&mut self, kind: &str) {
+        *self.errors.entry(kind.to_owned()).or_default() += 1;
+    }
+}
+
+/// A connection that reconnects after a failure.
+struct Link {
+    addr: SocketAddr,
+    conn: Option<Conn>,
+    timeout: Duration,
+}
+
+impl Link {
+    /// One round trip: the status, or the error kind.
+    async fn exchange(&mut self, request: &[u8]) -> Result<u16, &'static str> {
+        if !self.conn.as_ref().is_some_and(Conn::is_open) {
+            match tokio::time::timeout(self.timeout, Conn::connect(self.addr)).await {
+                Ok(Ok(c)) => self.conn = Some(c),
+                _ => {
+                    self.conn = None;
+                    tokio::time::sleep(RECONNECT_PAUSE).await;
+                    return Err("connect");
+                }
+            }
+        }
+        let conn = self.conn.as_mut().expect("connected above");
+        match tokio::time::timeout(self.timeout, conn.round_trip(request)).await {
+            Ok(Ok(status)) => Ok(status),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "kv bench: request failed");
+                self.conn = None;
+                Err("connection")
+            }
+            Err(_) => {
+                self.conn = None;
+                Err("timeout")
+            }
+        }
+    }
+}
+
+/// Runs one load and returns what it measured.
+pub async fn run(spec: &LoadSpec, progress: &Arc<Progress>) -> anyhow::Result<LoadOutcome> {
+    anyhow::ensure!(spec.connections > 0, "--connections must be positive");
+    anyhow::ensure!(!spec.addrs.is_empty(), "no server to load");
+    let mut links = Vec::with_capacity(spec.connections);
+    for i in 0..spec.connections {
+        let addr = spec.addrs[i % spec.addrs.len()];
+        let conn = tokio::time::timeout(spec.timeout, Conn::connect(addr))
+            .await
+            .map_err(|_| anyhow::anyhow!("connecting to {addr}: timed out"))?
+            .map_err(|e| anyhow::anyhow!("connecting to {addr}: {e}"))?;
+        links.push(Link {
+            addr,
+            conn: Some(conn),
+            timeout: spec.timeout,
+        });
+    }
+    let start = Instant::now() + Duration::from_millis(20);
+    let window_start = start + spec.warmup;
+    let end = window_start + spec.duration;
+    let spec = Arc::new(spec.clone());
+    let mut outcome = LoadOutcome::default();
+    if spec.rate == 0 {
+        let next = Arc::new(AtomicU64::new(0));
+        let tasks: Vec<_> = links
+            .into_iter()
+            .map(|link| {
+                let (spec, next, progress) = (spec.clone(), next.clone(), progress.clone());
+                tokio::spawn(closed_loop(
+                    link,
+                    spec,
+                    next,
+                    progress,
+                    start,
+                    window_start,
+                    end,
+                ))
+            })
+            .collect();
+        for t in tasks {
+            outcome.merge(t.await?);
+        }
+        outcome.window.due = None;
+    } else {
+        let mut senders = Vec::with_capacity(links.len());
+        let mut tasks = Vec::with_capacity(links.len());
+        for link in links {
+            let (tx, rx) = mpsc::channel(CONN_QUEUE);
+            senders.push(tx);
+            let (spec, progress) = (spec.clone(), progress.clone());
+            tasks.push(tokio::spawn(paced_conn(
+                link,
+                rx,
+                spec,
+                progress,
+                window_start,
+                end,
+            )));
+        }
+        let rate = spec.rate as f64;
+        let pacer = std::thread::Builder::new()
+            .name("kv-bench-pacer".into())
+            .spawn(move || pace(senders, Schedule::new(start, rate), window_start, end))?;
+        let mut stats = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            stats.push(t.await?);
+        }
+        let (due, dropped) = pacer
+            .join()
+            .map_err(|_| anyhow::anyhow!("the pacer thread panicked"))?;
+        for s in stats {
+            outcome.merge(s);
+        }
+        outcome.window.due = Some(due);
+        if dropped > 0 {
+            outcome.errors.insert("dropped_by_client".into(), dropped);
+        }
+    }
+    outcome.window.seconds = spec.duration.as_secs_f64();
+    Ok(outcome)
+}
+
+/// Hands each request to its connection's queue when it falls due; returns
+/// (requests due in the window, requests dropped because a queue was full).
+fn pace(
+    senders: Vec<mpsc::Sender<(u64, Instant)>>,
+    schedule: Schedule,
+    window_start: Instant,
+    end: Instant,
+) -> (u64, u64) {
+    let (mut n, mut due_in_window, mut dropped) = (0u64, 0u64, 0u64);
+    let conns = senders.len() as u64;
+    loop {
+        let next = schedule.due(n);
+        if next >= end {
+            break;
+        }
+        let now = Instant::now();
+        if next > now {
+            std::thread::sleep(next - now);
+        }
+        let now = Instant::now();
+        loop {
+            let due = schedule.due(n);
+            if due > now || due >= end {
+                break;
+            }
+            if due >= window_start {
+                due_in_window += 1;
+            }
+            if senders[(n % conns) as usize].try_send((n, due)).is_err() {
+                dropped += 1;
+            }
+            n += 1;
+        }
+    }
+    (due_in_window, dropped)
+}
+
+/// One connection of the fixed-rate load.
+async fn paced_conn(
+    mut link: Link,
+    mut rx: mpsc::Receiver<(u64, Instant)>,
+    spec: Arc<LoadSpec>,
+    progress: Arc<Progress>,
+    window_start: Instant,
+    end: Instant,
+) -> ConnStats {
+    let mut stats = ConnStats::default();
+    let mut buf = Vec::with_capacity(spec.plan.value_bytes + 256);
+    while let Some((n, due)) = rx.recv().await {
+        let sent_at = Instant::now();
+        if sent_at >= end {
+            // Due in time but not sent by the window's end: not sent.
+            continue;
+        }
+        stats.max_send_lag = stats
+            .max_send_lag
+            .max(sent_at.saturating_duration_since(due));
+        let method = spec.plan.write(n, &mut buf);
+        let in_window = due >= window_start;
+        stats.sent += 1;
+        stats.sent_window += u64::from(in_window);
+        progress.sent.fetch_add(1, Ordering::Relaxed);
+        let answer = link.exchange(&buf).await;
+        account(&mut stats, &spec, &progress, method, answer, in_window, due);
+    }
+    stats
+}
+
+/// One connection of the closed loop: the next request as soon as the
+/// previous answer arrived; latency from the write.
+async fn closed_loop(
+    mut link: Link,
+    spec: Arc<LoadSpec>,
+    next: Arc<AtomicU64>,
+    progress: Arc<Progress>,
+    start: Instant,
+    window_start: Instant,
+    end: Instant,
+) -> ConnStats {
+    let mut stats = ConnStats::default();
+    let mut buf = Vec::with_capacity(spec.plan.value_bytes + 256);
+    tokio::time::sleep_until(start.into()).await;
+    loop {
+        let sent_at = Instant::now();
+        if sent_at >= end {
+            break;
+        }
+        let n = next.fetch_add(1, Ordering::Relaxed);
+        let method = spec.plan.write(n, &mut buf);
+        let in_window = sent_at >= window_start;
+        stats.sent += 1;
+        stats.sent_window += u64::from(in_window);
+        progress.sent.fetch_add(1, Ordering::Relaxed);
+        let answer = link.exchange(&buf).await;
+        account(
+            &mut stats, &spec, &progress, method, answer, in_window, sent_at,
+        );
+    }
+    stats
+}
+
+/// Counts one answer (or failure) of a request due (or sent) at `from`.
+fn account(
+    stats: &mut ConnStats,
+    spec: &LoadSpec,
+    progress: &Progress,
+    method: Method,
+    answer: Result<u16, &'static str>,
+    in_window: bool,
+    from: Instant,
+) {
+    match answer {
+        Ok(status) => {
+            stats.received += 1;
+            progress.received.fetch_add(1, Ordering::Relaxed);
+            if in_window {
+                stats.latency.record(from.elapsed());
+            }
+            if status == spec.expect.status(method) {
+                stats.delivered_window += u64::from(in_window);
+            } else {
+                progress.errors.fetch_add(1, Ordering::Relaxed);
+                stats.error(&format!("status_{status}"));
+            }
+        }
+        Err(kind) => {
+            progress.errors.fetch_add(1, Ordering::Relaxed);
+            stats.error(kind);
+        }
+    }
+}
+
+/// What filling the nodes did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct FillOutcome {
+    /// Keys written (answered 201).
+    pub written: u64,
+    /// Keys that failed.
+    pub failed: u64,
+    /// How long it took, seconds.
+    pub seconds: f64,
+}
+
+/// Writes keys `0..count` once each as fast as the servers answer, over
+/// `connections` connections spread over `addrs` (closed loop).
+pub async fn fill(
+    addrs: &[SocketAddr],
+    connections: usize,
+    plan: &RequestPlan,
+    count: u64,
+    timeout: Duration,
+) -> anyhow::Result<FillOutcome> {
+    let t0 = Instant::now();
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..connections.max(1) {
+        let mut link = Link {
+            addr: addrs[i % addrs.len()],
+            conn: None,
+            timeout,
+        };
+        let (next, plan) = (next.clone(), plan.clone());
+        tasks.push(tokio::spawn(async move {
+            let (mut ok, mut failed) = (0u64, 0u64);
+            let mut buf = Vec::with_capacity(plan.value_bytes + 256);
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= count {
+                    return (ok, failed);
+                }
+                plan.write(n, &mut buf);
+                match link.exchange(&buf).await {
+                    Ok(201) => ok += 1,
+                    _ => failed += 1,
+                }
+            }
+        }));
+    }
+    let mut out = FillOutcome::default();
+    for t in tasks {
+        let (ok, failed) = t.await?;
+        out.written += ok;
+        out.failed += failed;
+    }
+    out.seconds = t0.elapsed().as_secs_f64();
+    Ok(out)
+}
