@@ -2,8 +2,10 @@
 //! here, headless Chromium (Debian `chromium`, driven by npm
 //! `playwright-core` from tests/js/dashboard.js) loads the page, which
 //! follows `$sys.stats` over the server's own `/ws`; the test sees numbers
-//! move, publishes with `POST /v1/publish` and sees the message arrive in
-//! the topic inspector. Peers: scripts/setup/dashboard.sh.
+//! move (uptime, published/s, push sessions by transport, the `http`
+//! listener's row), publishes with `POST /v1/publish` and sees the message
+//! arrive in the topic inspector, and cannot publish on `$sys.stats`.
+//! Peers: scripts/setup/dashboard.sh.
 
 mod common;
 
@@ -54,11 +56,9 @@ fn http_only(http: SocketAddr) -> String {
     )
 }
 
-#[test]
-fn the_dashboard_is_served_from_the_binary_and_loads_nothing_from_outside() {
-    let http = free_addr();
-    let _served = serve(&http_only(http));
-    wait_port(http);
+/// The page and its files as served: from the binary, naming nothing
+/// outside, under a CSP that allows only the server itself.
+fn check_served_files(http: SocketAddr) {
     let (head, html) = get(http, "/");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(head
@@ -128,16 +128,24 @@ fn run_browser(dir: &Path, url: &str) -> (bool, String, String) {
 }
 
 #[test]
-fn headless_chromium_sees_stats_move_and_a_published_message_in_the_inspector() {
+fn the_dashboard_loads_nothing_from_outside_and_chromium_sees_stats_move_and_a_published_message() {
     let dir = js_dir();
     assert!(
         dir.join("node_modules/playwright-core").is_dir()
             && Path::new("/usr/bin/chromium").exists(),
         "chromium or playwright-core missing: run bash scripts/setup/dashboard.sh"
     );
+    // One server for both parts: two servers started side by side could
+    // race for the same free port.
     let http = free_addr();
-    let served = serve(&http_only(http));
+    let mut served = serve(&http_only(http));
     wait_port(http);
+    assert!(
+        served.child.try_wait().unwrap().is_none(),
+        "tidegate serve exited: {}",
+        served.log()
+    );
+    check_served_files(http);
     let (ok, out, err) = run_browser(&dir, &format!("http://{http}"));
     let last = out.lines().last().unwrap_or_default();
     assert!(
@@ -156,4 +164,10 @@ fn headless_chromium_sees_stats_move_and_a_published_message_in_the_inspector() 
         "{v}"
     );
     assert_ne!(v["forged_status"], 200, "{v}");
+    assert!(
+        v["sessions"]
+            .as_str()
+            .is_some_and(|t| t.contains("polling 1")),
+        "push sessions by transport: {v}"
+    );
 }

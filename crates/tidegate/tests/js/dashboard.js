@@ -79,6 +79,21 @@ async function main() {
     if (!(points >= 2)) fail(`rate chart has ${points} points`);
     result.chart_points = points;
 
+    // Push sessions by transport: the page's own two /ws connections, and
+    // an Engine.IO session this script opens over polling.
+    const hs = await fetch(`${base}/socket.io/?EIO=4&transport=polling`);
+    if (hs.status !== 200) fail(`Engine.IO handshake answered ${hs.status}`);
+    await page.waitForFunction(() => {
+      const d = document.getElementById("sessions").dataset;
+      return Number(d.polling) >= 1 && Number(d.ws) >= 2;
+    }, null, { timeout: STEP_MS });
+    result.sessions = await page.getAttribute("#sessions", "title");
+    // The http listener's row shows its connections and messages out.
+    await page.waitForFunction(() => {
+      const row = [...document.querySelectorAll("#listeners tbody tr")].find((r) => r.cells[0].textContent === "http");
+      return row && Number(row.cells[1].textContent) >= 2 && parseFloat(row.cells[3].textContent) > 0;
+    }, null, { timeout: STEP_MS });
+
     // The inspector: subscribe to a pattern, publish, see it arrive.
     await page.fill("#inspect-pattern", "dash.test.>");
     await page.click("#inspect-form button[type=submit]");

@@ -179,6 +179,11 @@
     setText("subscribers", num(s.hub.subscribers));
     setText("subscriptions", num(s.hub.subscriptions));
     setText("sessions", push ? num(push.polling + push.websocket + push.ws) : "off");
+    if (push) {
+      const el = $("sessions");
+      el.title = "polling " + push.polling + " · websocket " + push.websocket + " · /ws " + push.ws;
+      el.dataset.polling = push.polling; el.dataset.websocket = push.websocket; el.dataset.ws = push.ws;
+    }
     setText("p99", ms(lat.p99));
     setText("inflight", bytes(s.hub.inflight_bytes));
 
