@@ -26,8 +26,9 @@
 //! bounded: a tree is [`crate::merkle::LEAVES`] hashes per peer whatever
 //! the data size, a stream holds one partial frame and one apply batch.
 //! Cost: a tree build is one scan of the local data (shared by all peers,
-//! cached for half an interval), and serving the entries of some ranges is
-//! one more scan (keys are stored in key order, ranges are hash slices).
+//! reused for at most [`TREE_MAX_AGE`]), and serving the entries of some
+//! ranges is one more scan (keys are stored in key order, ranges are hash
+//! slices).
 //! Requests are signed like every internal request ([`crate::auth`]).
 
 use std::sync::Arc;
@@ -68,9 +69,13 @@ const APPLY_BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// with an empty data directory starts refilling within seconds, not one
 /// whole interval later.
 const FIRST_PASS_DELAY: Duration = Duration::from_secs(5);
-/// Age of our own trees past which they are built again, when
-/// anti-entropy is off here (we still answer peers that run it).
-const TREE_MAX_AGE_WHEN_OFF: Duration = Duration::from_secs(60);
+/// Age past which our trees are built again. Short: a tree served to a
+/// peer must show what we hold now — a tree from before a burst of writes
+/// hides the ranges those writes filled, and a wiped peer comparing with it
+/// would skip them until the next pass (seen: 4 % of the keys waited one
+/// whole interval). Long enough that peers asking at about the same time,
+/// and our own pass, share one scan.
+const TREE_MAX_AGE: Duration = Duration::from_secs(5);
 
 /// This node's side of anti-entropy: its trees, what it serves to peers,
 /// and the passes it runs.
@@ -101,9 +106,9 @@ impl AntiEntropy {
         interval: Duration,
     ) -> Self {
         let tree_max_age = if interval.is_zero() {
-            TREE_MAX_AGE_WHEN_OFF
+            TREE_MAX_AGE
         } else {
-            interval / 2
+            TREE_MAX_AGE.min(interval / 2)
         };
         AntiEntropy {
             engine,
