@@ -4,7 +4,7 @@
 //! a client usually sends one tag over and over.
 
 use bytes::Bytes;
-use tidegate_hub::topic::{validate_topic, TopicError};
+use tidegate_hub::topic::{is_system_topic, validate_topic, TopicError};
 
 /// Maps tags to topics for one connection, remembering the last one.
 #[derive(Debug, Clone)]
@@ -29,6 +29,12 @@ impl TopicMapper {
         if self.last_topic.is_none() || self.last_tag != *tag {
             let topic = topic_for_tag(&self.prefix, tag);
             validate_topic(&topic)?;
+            // The hub refuses `$sys.` topics from sources; refusing the tag
+            // here skips its events (counted) instead of failing the chunk
+            // and dropping the connection, which the client would retry.
+            if is_system_topic(&topic) {
+                return Err(TopicError::Reserved(topic));
+            }
             // A copy: the tag is a slice of the frame, which shares the
             // connection's read buffer, and a quiet connection must not keep
             // that buffer alive through its last tag.
@@ -74,6 +80,11 @@ mod tests {
         let mut m = TopicMapper::new("logs.");
         assert_eq!(m.topic_for(&Bytes::from_static(b"t")).unwrap(), "logs.t");
         assert!(m.topic_for(&Bytes::from(vec![b'a'; 2000])).is_err());
+        let mut bare = TopicMapper::new("");
+        assert!(matches!(
+            bare.topic_for(&Bytes::from_static(b"$sys.stats")),
+            Err(TopicError::Reserved(_))
+        ));
     }
 
     #[test]
