@@ -214,10 +214,12 @@ impl Hub {
 
     fn fan_out(&self, msg: &SharedMessage) {
         let (mut delivered, mut dropped, mut disconnected) = (0u64, 0u64, 0u64);
-        let stamp = self.inner.stamp();
-        self.inner
-            .bus
-            .for_each_subscriber(&msg.topic, |q| match q.push(msg, stamp) {
+        // The clock is read only when someone subscribed (sources publishing
+        // to sinks alone pay nothing), and once for all subscribers.
+        let mut stamp = None;
+        self.inner.bus.for_each_subscriber(&msg.topic, |q| {
+            let at = *stamp.get_or_insert_with(|| self.inner.stamp());
+            match q.push(msg, at) {
                 PushOutcome::Queued => delivered += 1,
                 PushOutcome::DroppedOldest => {
                     delivered += 1;
@@ -225,7 +227,8 @@ impl Hub {
                 }
                 PushOutcome::Disconnected => disconnected += 1,
                 PushOutcome::AlreadyClosed => {}
-            });
+            }
+        });
         let m = &self.inner.metrics;
         if delivered > 0 {
             m.delivered.inc_by(delivered);
