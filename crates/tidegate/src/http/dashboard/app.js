@@ -22,7 +22,7 @@
 
   // A WebSocket that reconnects (1 s, doubling to 10 s) and replays
   // `onOpen` each time, so subscriptions come back after a restart.
-  function connect(name, handlers) {
+  function connect(handlers) {
     let delay = 1000;
     let ws = null;
     function open() {
@@ -212,7 +212,7 @@
     for (const c of Object.values(charts)) c.draw();
   }
 
-  connect("stats", {
+  connect({
     onState(up, reason) {
       const el = $("link");
       el.className = "link " + (up ? "up" : "down");
@@ -270,7 +270,7 @@
     while (body.rows.length > MAX_ROWS) body.deleteRow(-1);
   }
 
-  const inspector = connect("inspector", {
+  const inspector = connect({
     onState(up, reason) {
       $("inspect-status").textContent = up ? "" : "disconnected" + (reason ? ": " + reason : "");
     },
