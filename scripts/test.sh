@@ -10,7 +10,7 @@ export CARGO_TERM_COLOR=never
 export RUST_BACKTRACE=1
 
 for setup in scripts/setup/*.sh; do
-  echo "== setup: $setup"
+  echo "== setup: $setup ($(date -u +%T))"
   bash "$setup"
 done
 
@@ -20,11 +20,12 @@ if [ -f .cache/env.sh ]; then
   . .cache/env.sh
 fi
 
-echo "== cargo fmt --check"
+echo "== cargo fmt --check ($(date -u +%T))"
 cargo fmt --all -- --check
-echo "== cargo clippy"
+echo "== cargo clippy ($(date -u +%T))"
 cargo clippy --workspace --all-targets -- -D warnings
-echo "== cargo test"
+echo "== cargo test ($(date -u +%T))"
 cargo test --workspace --no-fail-fast
-echo "== fuzz (every target, 30 s each)"
+echo "== fuzz (every target, 30 s each) ($(date -u +%T))"
 bash scripts/fuzz.sh 30
+echo "== all passed ($(date -u +%T))"
