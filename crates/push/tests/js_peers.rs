@@ -7,42 +7,12 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::Command;
-
 use common::Server;
 use tidegate_push::PushConfig;
 
-fn js_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/js")
-}
-
 /// Runs `peer.js <scenario> <url>` and returns its last output line.
 async fn peer(scenario: &str, url: String) -> String {
-    let dir = js_dir();
-    assert!(
-        dir.join("node_modules/socket.io-client").is_dir(),
-        "npm peers missing: run bash scripts/setup/push.sh"
-    );
-    let scenario = scenario.to_owned();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new("node")
-            .arg("peer.js")
-            .arg(&scenario)
-            .arg(&url)
-            .current_dir(dir)
-            .output()
-            .expect("running node")
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "peer failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout.lines().last().unwrap_or_default().to_owned()
+    common::js_peer(scenario, url, &[]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,9 @@
 //! `[push] auth = "jwt"`: a token with the wrong signature, expired, or
 //! missing is refused (Socket.IO CONNECT_ERROR, `/ws` close 1008 with the
 //! reason, 401 on `/v1/publish`); a good token may subscribe and publish
-//! only within its `subscribe` / `publish` claims.
+//! only within its `subscribe` / `publish` claims. Both HS256 (a shared
+//! secret) and RS256 (a configured public key; the key pair in tests/keys
+//! exists only for these tests).
 
 mod common;
 
@@ -168,4 +170,54 @@ async fn ws_and_http_publish_check_the_token() {
         )
         .await;
     assert_eq!(st, 200);
+}
+
+const RSA_PRIVATE: &str = include_str!("keys/rs256_private.pem");
+const RSA_PUBLIC: &str = include_str!("keys/rs256_public.pem");
+const OTHER_PRIVATE: &str = include_str!("keys/other_private.pem");
+
+fn rs256(exp_in: i64, private_pem: &str) -> String {
+    let now = tidegate_push::auth::now_s() as i64;
+    tidegate_push::auth::jwt::sign_rs256(
+        &json!({"sub": "u9", "exp": now + exp_in, "subscribe": ["a.>"], "publish": []}),
+        private_pem,
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn rs256_tokens_are_checked_against_the_configured_public_key() {
+    let s = Server::start(PushConfig {
+        auth: AuthMode::Jwt,
+        jwt_public_key: RSA_PUBLIC.into(),
+        ..PushConfig::default()
+    })
+    .await;
+    let cases = [
+        (
+            json!({"token": rs256(60, OTHER_PRIVATE)}),
+            "bad token signature",
+        ),
+        (json!({"token": rs256(-1, RSA_PRIVATE)}), "token expired"),
+        (
+            json!({"token": token(60, SECRET)}),
+            "unsupported token algorithm (accepted: RS256)",
+        ),
+    ];
+    for (auth, why) in cases {
+        let (_, got) = sio_connect(&s, auth).await;
+        assert_eq!(got, format!(r#"44{{"message":"{why}"}}"#));
+    }
+    let (sid, got) = sio_connect(&s, json!({"token": rs256(60, RSA_PRIVATE)})).await;
+    assert!(got.starts_with(r#"40{"sid":"#), "{got}");
+    s.post(SIO, &sid, br#"421["subscribe",["a.x","b.x"]]"#)
+        .await;
+    let (_, got) = s.get(SIO, &sid).await;
+    let v: Value = serde_json::from_slice(&got[3..]).unwrap();
+    assert_eq!(v[0]["accepted"], json!(["a.x"]));
+    assert_eq!(v[0]["refused"][0]["pattern"], "b.x");
+    assert_eq!(v[0]["refused"][0]["reason"], "not allowed by the token");
+    // /v1/publish: the token allows no publishing at all.
+    let path = format!("/v1/publish?topic=a.x&token={}", rs256(60, RSA_PRIVATE));
+    assert_eq!(s.request("POST", &path, b"x").await.0, 403);
 }

@@ -116,3 +116,76 @@ async fn subscribe_publish_receive_and_errors() {
         (json!(["w.>"]), json!("nope"))
     );
 }
+
+/// A websocket handshake on a raw TCP connection (so nothing answers the
+/// server's pings); returns the stream after the 101 head.
+async fn raw_ws(s: &Server, path: &str) -> tokio::net::TcpStream {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut t = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    t.write_all(req.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut b = [0u8; 1];
+        assert_eq!(
+            t.read(&mut b).await.unwrap(),
+            1,
+            "closed during the handshake"
+        );
+        head.push(b[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 101"),
+        "{:?}",
+        String::from_utf8_lossy(&head)
+    );
+    t
+}
+
+#[tokio::test]
+async fn a_ws_client_that_never_pongs_is_closed_and_one_that_does_stays() {
+    use tokio::io::AsyncReadExt;
+    let s = Server::start(common::fast_heartbeats()).await;
+    // 300 ms interval + 300 ms timeout: the silent client is closed soon
+    // after 600 ms, having been sent a ping (0x89) and a close (0x88) with
+    // code 1001.
+    let mut dead = raw_ws(&s, "/ws").await;
+    let started = std::time::Instant::now();
+    let mut seen = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), dead.read_to_end(&mut seen))
+        .await
+        .expect("the server closes a connection that never pongs")
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(seen.first(), Some(&0x89), "a ping first: {seen:?}");
+    let close = seen.iter().position(|b| *b == 0x88).expect("a close frame");
+    assert_eq!(&seen[close + 2..close + 4], &1001u16.to_be_bytes());
+
+    // A client that reads (tungstenite answers pings) outlives several
+    // ping timeouts and is still served.
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", s.addr))
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(1500);
+    let mut pings = 0;
+    while let Ok(Some(m)) = tokio::time::timeout_at(deadline, ws.next()).await {
+        match m.unwrap() {
+            Message::Ping(_) => pings += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(pings >= 2, "{pings} pings");
+    ws.send(Message::text(
+        r#"{"op":"subscribe","id":1,"patterns":["alive"]}"#,
+    ))
+    .await
+    .unwrap();
+    assert_eq!(next_json(&mut ws).await["op"], "subscribed");
+}

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
@@ -35,11 +36,17 @@ pub async fn handle(
     State(ctx): State<Arc<PushContext>>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-    ws: WebSocketUpgrade,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
+    // The origin is checked before the handshake itself, so a refused
+    // page learns why whatever else is wrong with its request.
     if let Err(refusal) = crate::origin::check(&ctx.config, &headers) {
         return refusal.into_response();
     }
+    let ws = match ws {
+        Ok(ws) => ws,
+        Err(e) => return e.into_response(),
+    };
     let token = query.as_deref().and_then(|q| query_param(q, "token"));
     let grants = ctx.authorize(token);
     ws.max_message_size(ctx.config.max_payload)

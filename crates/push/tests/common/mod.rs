@@ -108,6 +108,33 @@ pub fn parse_response(raw: &[u8]) -> (u16, Vec<u8>) {
     (status, body)
 }
 
+/// Runs `node tests/js/peer.js <scenario> <url> <args…>` (the stock npm
+/// clients, installed by scripts/setup/push.sh) and returns its last
+/// output line; panics with its output if it fails.
+pub async fn js_peer(scenario: &str, url: String, args: &[&str]) -> String {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/js");
+    assert!(
+        dir.join("node_modules/socket.io-client").is_dir(),
+        "npm peers missing: run bash scripts/setup/push.sh"
+    );
+    let mut cmd = std::process::Command::new("node");
+    cmd.arg("peer.js")
+        .arg(scenario)
+        .arg(&url)
+        .args(args)
+        .current_dir(dir);
+    let out = tokio::task::spawn_blocking(move || cmd.output().expect("running node"))
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "peer failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout.lines().last().unwrap_or_default().to_owned()
+}
+
 /// A config with fast heartbeats, for tests that wait on them.
 pub fn fast_heartbeats() -> PushConfig {
     PushConfig {

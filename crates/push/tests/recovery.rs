@@ -1,0 +1,211 @@
+//! Connection state recovery with the stock `socket.io-client` (npm) and a
+//! raw `/ws` client: after a dropped connection, a client that comes back
+//! within `recovery_window_ms` with its session id and last offset has
+//! `recovered` set, its subscriptions back, and every message published
+//! while it was away exactly once and in order, then the live ones; past
+//! the window, or having missed more than `recovery_history`, it gets a
+//! clean start (not recovered, nothing replayed, nothing subscribed).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{js_peer, Server};
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tidegate_hub::Message as HubMessage;
+use tidegate_push::PushConfig;
+use tokio_tungstenite::tungstenite::Message;
+
+fn recovering(window_ms: u64, history: usize) -> PushConfig {
+    PushConfig {
+        recovery_window_ms: window_ms,
+        recovery_history: history,
+        ..PushConfig::default()
+    }
+}
+
+/// The peer's report: (recovered, event numbers in arrival order, offsets).
+async fn run(s: &Server, transport: &str, missed: usize, pause_ms: u64) -> (bool, Vec<u64>, Value) {
+    let line = js_peer(
+        "recovery",
+        s.url(),
+        &[transport, &missed.to_string(), &pause_ms.to_string()],
+    )
+    .await;
+    let v: Value = serde_json::from_str(&line).unwrap();
+    let got = v["got"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .collect();
+    (v["recovered"].as_bool().unwrap(), got, v)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socket_io_client_recovers_every_missed_message_once_in_order() {
+    let s = Server::start(recovering(10_000, 1024)).await;
+    for transport in ["websocket", "polling"] {
+        let (recovered, got, v) = run(&s, transport, 5, 0).await;
+        assert!(recovered, "{transport}: {v}");
+        // 3 before the drop, 5 missed, 2 after: each once, in order.
+        assert_eq!(got, (1..=10).collect::<Vec<u64>>(), "{transport}: {v}");
+        let offsets: Vec<u64> = v["offsets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o.as_str().unwrap().parse().unwrap())
+            .collect();
+        assert!(
+            offsets.windows(2).all(|w| w[0] < w[1]),
+            "{transport}: offsets {offsets:?}"
+        );
+    }
+    assert_eq!(s.ctx.recovery.recovered(), 2);
+    assert_eq!(s.ctx.recovery.not_recovered(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_window_the_client_starts_clean() {
+    let s = Server::start(recovering(300, 1024)).await;
+    let (recovered, got, v) = run(&s, "websocket", 3, 1000).await;
+    assert!(!recovered, "{v}");
+    // Nothing replayed; the 2 after the reconnect arrive on the new
+    // subscription.
+    assert_eq!(got, [1, 2, 3, 7, 8], "{v}");
+    assert_eq!(s.ctx.recovery.not_recovered(), 1);
+    // The expired session is gone: nothing parked, nothing registered but
+    // the live one (closed by now as well).
+    assert_eq!(s.ctx.recovery.parked(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_more_than_the_history_is_a_clean_start() {
+    let s = Server::start(recovering(10_000, 4)).await;
+    let (recovered, got, v) = run(&s, "websocket", 6, 0).await;
+    assert!(!recovered, "{v}");
+    assert_eq!(got, [1, 2, 3, 10, 11], "{v}");
+    assert_eq!(s.ctx.recovery.not_recovered(), 1);
+}
+
+#[tokio::test]
+async fn without_recovery_events_carry_no_offset_and_connect_no_pid() {
+    let s = Server::start(PushConfig::default()).await;
+    let sid = s.open("/socket.io/").await;
+    assert_eq!(s.post("/socket.io/", &sid, b"40").await.0, 200);
+    let (_, body) = s.get("/socket.io/", &sid).await;
+    let body = String::from_utf8(body).unwrap();
+    assert!(
+        body.starts_with("40{\"sid\"") && !body.contains("pid"),
+        "{body}"
+    );
+    s.post("/socket.io/", &sid, br#"421["subscribe",["n.x"]]"#)
+        .await;
+    assert!(s.get("/socket.io/", &sid).await.1.starts_with(b"431"));
+    s.ctx
+        .hub
+        .publish(HubMessage::new("n.x", "1"))
+        .await
+        .unwrap();
+    let (_, body) = s.get("/socket.io/", &sid).await;
+    assert_eq!(String::from_utf8(body).unwrap(), r#"42["n.x",1]"#);
+}
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn next_json(ws: &mut Ws) -> Value {
+    loop {
+        let m = tokio::time::timeout(Duration::from_secs(5), ws.next())
+            .await
+            .expect("a frame within 5 s")
+            .expect("socket open")
+            .unwrap();
+        match m {
+            Message::Text(t) => return serde_json::from_str(&t).unwrap(),
+            Message::Ping(_) | Message::Pong(_) => continue,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+async fn ws_connect(s: &Server) -> (Ws, String) {
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", s.addr))
+        .await
+        .unwrap();
+    let hello = next_json(&mut ws).await;
+    assert_eq!(hello["op"], "session", "{hello}");
+    let id = hello["session"].as_str().unwrap().to_owned();
+    (ws, id)
+}
+
+async fn publish(s: &Server, n: u64) {
+    s.ctx
+        .hub
+        .publish(HubMessage::new("w.r", json!({ "n": n }).to_string()))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn ws_client_recovers_from_an_offset() {
+    let s = Server::start(recovering(10_000, 1024)).await;
+    let (mut ws, session) = ws_connect(&s).await;
+    ws.send(Message::text(
+        r#"{"op":"subscribe","id":1,"patterns":["w.>"]}"#,
+    ))
+    .await
+    .unwrap();
+    assert_eq!(next_json(&mut ws).await["op"], "subscribed");
+    for n in 1..=2 {
+        publish(&s, n).await;
+        let m = next_json(&mut ws).await;
+        assert_eq!(
+            (m["payload"]["n"].as_u64(), m["offset"].as_u64()),
+            (Some(n), Some(n))
+        );
+    }
+    drop(ws);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for n in 3..=5 {
+        publish(&s, n).await;
+    }
+    let (mut ws, _) = ws_connect(&s).await;
+    let ask = json!({"op": "recover", "id": 9, "session": session, "offset": 2});
+    ws.send(Message::text(ask.to_string())).await.unwrap();
+    let r = next_json(&mut ws).await;
+    assert_eq!(r["op"], "recovered", "{r}");
+    assert_eq!(r["recovered"], true, "{r}");
+    assert_eq!(r["session"], session.as_str(), "{r}");
+    publish(&s, 6).await;
+    for n in 3..=6 {
+        let m = next_json(&mut ws).await;
+        assert_eq!(m["op"], "message", "{m}");
+        assert_eq!(
+            (m["payload"]["n"].as_u64(), m["offset"].as_u64()),
+            (Some(n), Some(n)),
+            "{m}"
+        );
+    }
+    // Nothing else (no duplicate) follows.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), next_json(&mut ws))
+            .await
+            .is_err()
+    );
+
+    // An unknown session, or one asked for after a subscribe, is refused
+    // with why and the connection goes on as a fresh session.
+    let (mut ws, fresh) = ws_connect(&s).await;
+    ws.send(Message::text(
+        r#"{"op":"recover","session":"nope","offset":0}"#,
+    ))
+    .await
+    .unwrap();
+    let r = next_json(&mut ws).await;
+    assert_eq!(r["recovered"], false, "{r}");
+    assert_eq!(r["session"], fresh.as_str());
+    assert!(r["reason"].as_str().unwrap().contains("unknown"), "{r}");
+    assert_eq!(s.ctx.recovery.recovered(), 1);
+}
