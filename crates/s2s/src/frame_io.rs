@@ -369,6 +369,11 @@ impl TransactionBudget {
         self.permit.merge(taken);
     }
 
+    /// Everything held, to travel with the data it pays for.
+    pub(crate) fn into_permit(self) -> BudgetPermit {
+        self.permit
+    }
+
     /// Bytes held.
     #[cfg(test)]
     pub(crate) fn held(&self) -> usize {

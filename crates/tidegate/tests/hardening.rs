@@ -382,3 +382,59 @@ fn a_quiet_keep_alive_connection_lives_until_the_idle_timeout_not_the_header_tim
         started.elapsed()
     );
 }
+
+/// The hub's in-flight bytes, read from `/metrics`.
+fn inflight_bytes(http: SocketAddr) -> u64 {
+    get(http, "/metrics")
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("tidegate_hub_inflight_bytes "))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+#[tokio::test]
+async fn s2s_http_flowfiles_hold_budget_bytes_until_the_client_commits() {
+    use tidegate_s2s::client::HttpS2sClient;
+    use tidegate_s2s::codec::DataPacket;
+    const PORT_ID: &str = "3f2c6a52-0000-4000-8000-000000000001";
+    const CONTENT: usize = 4 << 20;
+    let http = free_addr();
+    let served = serve(&config_on_free_ports(
+        http,
+        &format!(
+            "[[s2s.input_ports]]\nname = \"input\"\nid = \"{PORT_ID}\"\ntopic = \"s2s.held\"\n"
+        ),
+    ));
+    wait_for_http(http, &served);
+    let before = inflight_bytes(http);
+    let mut client = HttpS2sClient::connect(http, PORT_ID, false, Duration::from_secs(10))
+        .await
+        .unwrap();
+    client.create().await.unwrap();
+    client.send(&DataPacket {
+        attributes: vec![("filename".into(), "big".into())],
+        content: bytes::Bytes::from(vec![7u8; CONTENT]),
+    });
+    // POSTed and checksummed, not yet committed: the FlowFile's bytes
+    // stay drawn from the budget while the transaction waits.
+    client.confirm().await.unwrap();
+    let waiting = inflight_bytes(http);
+    assert!(
+        waiting >= before + CONTENT as u64,
+        "an uncommitted transaction holds {waiting} in-flight bytes (before: {before})"
+    );
+    assert!(!client.complete().await.unwrap());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let after = inflight_bytes(http);
+        if after < before + CONTENT as u64 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the committed transaction's {after} in-flight bytes were never given back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use tidegate_hub::SharedMessage;
+use tidegate_hub::{BudgetPermit, SharedMessage};
 
 use crate::codec::DataPacket;
 use crate::ports::PortRef;
@@ -17,8 +17,12 @@ use crate::S2sConfig;
 pub(crate) enum TxData {
     /// Created; no FlowFiles moved yet.
     Open,
-    /// Input port: FlowFiles received and checksummed, waiting for commit.
-    Received { packets: Vec<DataPacket> },
+    /// Input port: FlowFiles received and checksummed, waiting for commit,
+    /// with the in-flight budget bytes they hold until then.
+    Received {
+        packets: Vec<DataPacket>,
+        held: BudgetPermit,
+    },
     /// Output port: FlowFiles sent with this checksum, waiting for commit.
     Sent {
         msgs: Vec<SharedMessage>,

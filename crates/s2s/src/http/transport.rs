@@ -24,6 +24,7 @@ use axum::Json;
 use bytes::BytesMut;
 use http_body_util::BodyExt;
 use serde_json::json;
+use tidegate_hub::BodyBytes;
 use tracing::{info, warn};
 
 use super::negotiate::{self, media};
@@ -218,11 +219,12 @@ pub(crate) async fn receive_flow_files(
     let t = cfg.read_timeout();
     let mut decoder = PacketDecoder::new(gzip, cfg.packet_limits());
     // The [http] server takes each body frame's bytes from the in-flight
-    // budget before handing it over and holds them until this handler
-    // answers; `held` adds what decompression makes of them. The packets
-    // then wait in the transaction table for the client's DELETE without a
-    // hold: the table's data has no place for a permit yet.
+    // budget before handing it over (`BodyBytes`); `held` adds what
+    // decompression makes of them. Both travel with the packets into the
+    // transaction table and are given back when the client's DELETE
+    // commits (or the transaction is cancelled or expires).
     let mut held = TransactionBudget::new(st.ports.hub().budget(), t);
+    let body_budget = req.extensions().get::<BodyBytes>().cloned();
     let mut body = req.into_body();
     let mut buf = BytesMut::new();
     let mut crc = crc32fast::Hasher::new();
@@ -285,7 +287,12 @@ pub(crate) async fn receive_flow_files(
         Ok(())
     }
     .await;
-    drop(held);
+    if let Some(b) = body_budget {
+        held.keep(b.take());
+    }
+    let mut held = held.into_permit();
+    // Keep what the packets hold (the request's framing goes back now).
+    held.shrink_to(bytes as usize);
     if let Err((kind, msg)) = outcome {
         st.ports.metrics().error(kind);
         warn!(error = %msg, transaction = %tx, "s2s http flow-files failed; transaction rolled back");
@@ -301,7 +308,7 @@ pub(crate) async fn receive_flow_files(
             .into_response();
     }
     st.transactions
-        .put(&tx, &port, TxData::Received { packets });
+        .put(&tx, &port, TxData::Received { packets, held });
     let crc = crc.finalize().to_string();
     (
         StatusCode::ACCEPTED,
@@ -433,8 +440,11 @@ pub(crate) async fn finish(
 
 async fn commit(st: &HttpState, port: PortRef, data: TxData, checksum: Option<&str>) -> Response {
     match (&port, data) {
-        (PortRef::Input(p), TxData::Received { packets }) => {
-            match st.ports.commit(p, packets).await {
+        (PortRef::Input(p), TxData::Received { packets, held }) => {
+            // The budget bytes return once the hub has the FlowFiles.
+            let committed = st.ports.commit(p, packets).await;
+            drop(held);
+            match committed {
                 Ok(c) => {
                     let code = if c.destination_full {
                         ResponseCode::TransactionFinishedButDestinationFull
