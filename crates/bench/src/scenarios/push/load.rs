@@ -19,10 +19,12 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{watch, Notify, Semaphore};
+use bytes::Bytes;
+use tokio::sync::{mpsc, watch, Notify, Semaphore};
 
 use super::session::ClientSession;
 use super::stamp::{self, Delivered};
+use super::wsclient::{WsMessage, WsReader, WsWriter};
 use super::Transport;
 use crate::latency::LatencyRecorder;
 use crate::pacer::Schedule;
@@ -271,63 +273,99 @@ fn publisher_topics(p: usize, n: usize, topics: usize) -> Vec<usize> {
     (p..topics).step_by(n).collect()
 }
 
+/// A publisher's connection, kept open after its last publish until the
+/// run ends: closing it with the server's replies unread would reset the
+/// connection and lose publishes the server had not read yet.
+pub struct PublisherHold {
+    _writer: WsWriter,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for PublisherHold {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+/// Drains what the server sends a publisher (publish replies, pings) and
+/// asks the writer for the answers pings need.
+async fn drain_publisher(mut rd: WsReader, engine_io: bool, answers: mpsc::Sender<(u8, Bytes)>) {
+    loop {
+        match rd.next_message().await {
+            Ok(WsMessage::Text(t)) if engine_io && &t[..] == b"2" => {
+                let _ = answers.try_send((0x1, Bytes::from_static(b"3")));
+            }
+            Ok(WsMessage::Close) | Err(_) => return,
+            Ok(_) => {}
+        }
+        for p in rd.take_pings() {
+            let _ = answers.try_send((0xA, p));
+        }
+    }
+}
+
 async fn publisher(
-    mut s: ClientSession,
+    s: ClientSession,
     mine: Vec<usize>,
     plan: Arc<Plan>,
     start: Instant,
     start_us: u64,
     progress: Arc<Progress>,
-) -> std::io::Result<u64> {
+) -> std::io::Result<(u64, PublisherHold)> {
+    let (rd, mut wr) = s
+        .into_ws_halves()
+        .ok_or_else(|| std::io::Error::other("publishers use websockets"))?;
+    let (answers_tx, mut answers) = mpsc::channel(64);
+    let engine_io = plan.transport.publisher() == Transport::Websocket;
+    let reader = tokio::spawn(drain_publisher(rd, engine_io, answers_tx));
     let total = plan.rounds * mine.len() as u64;
-    if mine.is_empty() {
-        return Ok(0);
-    }
     let rate = plan.publish_rate / plan.publishers as f64;
     let sched = (rate > 0.0).then(|| Schedule::new(start, rate));
     let names: Vec<String> = mine.iter().map(|&t| stamp::topic(t)).collect();
     let mut k = 0u64;
-    let mut texts = Vec::with_capacity(PUBLISH_BATCH as usize);
+    let mut out = Vec::new();
     while k < total {
         let due_n = match &sched {
             Some(sc) => sc.due_by(Instant::now()).min(total),
             None => total,
         };
-        if due_n > k {
-            let end = due_n.min(k + PUBLISH_BATCH);
-            texts.clear();
-            for j in k..end {
-                let due_us = match &sched {
-                    Some(sc) => start_us + (sc.due(j) - start).as_micros() as u64,
-                    None => stamp::now_us(),
-                };
-                let topic = &names[(j % names.len() as u64) as usize];
-                let payload = stamp::payload(due_us, plan.msg_bytes);
-                texts.push(match plan.transport {
-                    Transport::Ws => stamp::ws_publish(topic, &payload),
-                    _ => stamp::socketio_publish(topic, &payload),
-                });
-            }
-            s.send_many(&texts).await?;
-            progress.sent.fetch_add(end - k, Ordering::Relaxed);
-            k = end;
+        if due_n <= k {
+            let next = sched
+                .as_ref()
+                .map(|sc| sc.due(k))
+                .unwrap_or_else(Instant::now);
+            tokio::time::sleep_until(next.into()).await;
             continue;
         }
-        let next = sched
-            .as_ref()
-            .map(|sc| sc.due(k))
-            .unwrap_or_else(Instant::now);
-        let mut ignore = |_: &[u8]| {};
-        let open = tokio::select! {
-            _ = tokio::time::sleep_until(next.into()) => true,
-            r = s.recv(&mut ignore) => r?,
-        };
-        if !open {
-            return Err(std::io::ErrorKind::ConnectionAborted.into());
+        let end = due_n.min(k + PUBLISH_BATCH);
+        out.clear();
+        while let Ok((opcode, p)) = answers.try_recv() {
+            wr.encode_frame(opcode, &p, &mut out);
         }
-        s.answer().await?;
+        for j in k..end {
+            let due_us = match &sched {
+                Some(sc) => start_us + (sc.due(j) - start).as_micros() as u64,
+                None => stamp::now_us(),
+            };
+            let topic = &names[(j % names.len() as u64) as usize];
+            let payload = stamp::payload(due_us, plan.msg_bytes);
+            let text = match plan.transport {
+                Transport::Ws => stamp::ws_publish(topic, &payload),
+                _ => stamp::socketio_publish(topic, &payload),
+            };
+            wr.encode_frame(0x1, text.as_bytes(), &mut out);
+        }
+        wr.send_raw(&out).await?;
+        progress.sent.fetch_add(end - k, Ordering::Relaxed);
+        k = end;
     }
-    Ok(k)
+    Ok((
+        k,
+        PublisherHold {
+            _writer: wr,
+            reader,
+        },
+    ))
 }
 
 async fn wait_until(sh: &Shared, what: &AtomicUsize, n: usize, limit: Duration) -> bool {
@@ -436,9 +474,13 @@ pub async fn run(
     };
     let pub_deadline =
         start + Duration::from_secs_f64(schedule_s) + plan.drain + Duration::from_secs(30);
+    let mut holds = Vec::new();
     for t in pub_tasks {
         match tokio::time::timeout_at(pub_deadline.into(), t).await {
-            Ok(Ok(Ok(n))) => out.published += n,
+            Ok(Ok(Ok((n, hold)))) => {
+                out.published += n;
+                holds.push(hold);
+            }
             Ok(Ok(Err(_))) => *out.errors.entry("publisher".into()).or_default() += 1,
             Ok(Err(_)) | Err(_) => *out.errors.entry("publisher_stalled".into()).or_default() += 1,
         }
@@ -464,6 +506,7 @@ pub async fn run(
         results.push(r.unwrap_or_default());
     }
     let _ = stop_tx.send(true);
+    drop(holds);
     for r in &results {
         out.sessions += usize::from(r.opened);
         out.delivered += r.received;

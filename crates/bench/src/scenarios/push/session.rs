@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 
 use super::http1::HttpConn;
 use super::net::connect;
-use super::wsclient::{WsConn, WsMessage};
+use super::wsclient::{WsConn, WsMessage, WsReader, WsWriter};
 use super::Transport;
 
 fn bad(why: impl Into<String>) -> io::Error {
@@ -200,7 +200,16 @@ impl ClientSession {
     pub fn bytes_read(&self) -> u64 {
         match &self.inner {
             Inner::Polling { get, post, .. } => get.bytes_read + post.bytes_read,
-            Inner::EngineWs(ws) | Inner::PlainWs(ws) => ws.bytes_read,
+            Inner::EngineWs(ws) | Inner::PlainWs(ws) => ws.bytes_read(),
+        }
+    }
+
+    /// The websocket's two halves (a publisher writes on one while a task
+    /// drains the other); `None` for polling sessions.
+    pub fn into_ws_halves(self) -> Option<(WsReader, WsWriter)> {
+        match self.inner {
+            Inner::EngineWs(ws) | Inner::PlainWs(ws) => Some(ws.into_split()),
+            Inner::Polling { .. } => None,
         }
     }
 }

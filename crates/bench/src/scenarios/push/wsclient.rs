@@ -11,6 +11,7 @@ use std::io;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
 /// Largest message accepted.
@@ -31,18 +32,33 @@ pub enum WsMessage {
     Close,
 }
 
-/// One client connection after the upgrade.
+/// One client connection after the upgrade: a reading half and a writing
+/// half, which [`WsConn::into_split`] hands to different tasks (a
+/// publisher writes while something else drains what the server sends).
 #[derive(Debug)]
 pub struct WsConn {
-    stream: TcpStream,
+    rd: WsReader,
+    wr: WsWriter,
+}
+
+/// The reading half: frames parsed from the read buffer.
+#[derive(Debug)]
+pub struct WsReader {
+    half: OwnedReadHalf,
     buf: BytesMut,
     /// A fragmented message being put together: (is text, bytes so far).
     partial: Option<(bool, BytesMut)>,
-    mask_seed: u32,
-    /// Pong frames owed to the server's pings, already encoded.
-    pongs: Vec<u8>,
+    /// Payloads of the server's pings not answered yet.
+    pings: Vec<Bytes>,
     /// Bytes read from the socket so far.
     pub bytes_read: u64,
+}
+
+/// The writing half: masked frames out.
+#[derive(Debug)]
+pub struct WsWriter {
+    half: OwnedWriteHalf,
+    mask_seed: u32,
 }
 
 impl WsConn {
@@ -69,16 +85,62 @@ impl WsConn {
             let line = String::from_utf8_lossy(&head[..head.len().min(120)]).into_owned();
             return Err(bad(format!("upgrade refused: {line}")));
         }
+        let (rd, wr) = stream.into_split();
         Ok(WsConn {
-            stream,
-            buf,
-            partial: None,
-            mask_seed: 0x9e37_79b9,
-            pongs: Vec::new(),
-            bytes_read: head_len as u64,
+            rd: WsReader {
+                half: rd,
+                buf,
+                partial: None,
+                pings: Vec::new(),
+                bytes_read: head_len as u64,
+            },
+            wr: WsWriter {
+                half: wr,
+                mask_seed: 0x9e37_79b9,
+            },
         })
     }
 
+    /// The two halves, for separate tasks.
+    pub fn into_split(self) -> (WsReader, WsWriter) {
+        (self.rd, self.wr)
+    }
+
+    /// Appends one masked frame (see [`WsWriter::encode_frame`]).
+    pub fn encode_frame(&mut self, opcode: u8, payload: &[u8], out: &mut Vec<u8>) {
+        self.wr.encode_frame(opcode, payload, out)
+    }
+
+    /// Sends one text message.
+    pub async fn send_text(&mut self, text: &str) -> io::Result<()> {
+        self.wr.send_text(text).await
+    }
+
+    /// Writes bytes already framed.
+    pub async fn send_raw(&mut self, frames: &[u8]) -> io::Result<()> {
+        self.wr.send_raw(frames).await
+    }
+
+    /// The next whole message (see [`WsReader::next_message`]).
+    pub async fn next_message(&mut self) -> io::Result<WsMessage> {
+        self.rd.next_message().await
+    }
+
+    /// Answers the pings the reader saw.
+    pub async fn answer_pings(&mut self) -> io::Result<()> {
+        for p in std::mem::take(&mut self.rd.pings) {
+            self.wr.send_frame(0xA, &p).await?;
+        }
+        Ok(())
+    }
+
+    /// Bytes read from the socket so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.rd.bytes_read
+    }
+}
+
+impl WsWriter {
     /// Appends one masked frame of `opcode` carrying `payload` to `out`.
     pub fn encode_frame(&mut self, opcode: u8, payload: &[u8], out: &mut Vec<u8>) {
         out.push(0x80 | opcode);
@@ -101,39 +163,40 @@ impl WsConn {
         out.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
     }
 
+    /// Sends one frame.
+    pub async fn send_frame(&mut self, opcode: u8, payload: &[u8]) -> io::Result<()> {
+        let mut out = Vec::with_capacity(payload.len() + 14);
+        self.encode_frame(opcode, payload, &mut out);
+        self.half.write_all(&out).await
+    }
+
     /// Sends one text message.
     pub async fn send_text(&mut self, text: &str) -> io::Result<()> {
-        let mut out = Vec::with_capacity(text.len() + 14);
-        self.encode_frame(0x1, text.as_bytes(), &mut out);
-        self.stream.write_all(&out).await
+        self.send_frame(0x1, text.as_bytes()).await
     }
 
-    /// Writes bytes already framed by [`WsConn::encode_frame`].
+    /// Writes bytes already framed by [`WsWriter::encode_frame`].
     pub async fn send_raw(&mut self, frames: &[u8]) -> io::Result<()> {
-        self.stream.write_all(frames).await
+        self.half.write_all(frames).await
+    }
+}
+
+impl WsReader {
+    /// Takes the payloads of the pings seen so far (each owes a pong).
+    pub fn take_pings(&mut self) -> Vec<Bytes> {
+        std::mem::take(&mut self.pings)
     }
 
-    /// Writes the pongs owed to pings seen by [`WsConn::next_message`].
-    pub async fn answer_pings(&mut self) -> io::Result<()> {
-        if self.pongs.is_empty() {
-            return Ok(());
-        }
-        let out = std::mem::take(&mut self.pongs);
-        self.stream.write_all(&out).await
-    }
-
-    /// The next whole message (pings noted for [`WsConn::answer_pings`]).
+    /// The next whole message (pings noted for [`WsReader::take_pings`]).
     pub async fn next_message(&mut self) -> io::Result<WsMessage> {
         loop {
             while let Some((fin, opcode, payload)) = self.parse_frame()? {
                 match opcode {
                     0x9 => {
-                        if self.pongs.len() > 64 * 1024 {
+                        if self.pings.len() >= 64 {
                             return Err(bad("pings pile up unanswered"));
                         }
-                        let mut pongs = std::mem::take(&mut self.pongs);
-                        self.encode_frame(0xA, &payload, &mut pongs);
-                        self.pongs = pongs;
+                        self.pings.push(payload);
                     }
                     0xA => {}
                     0x8 => return Ok(WsMessage::Close),
@@ -169,7 +232,7 @@ impl WsConn {
                     _ => return Err(bad(format!("unexpected opcode {opcode}"))),
                 }
             }
-            let n = self.stream.read_buf(&mut self.buf).await?;
+            let n = self.half.read_buf(&mut self.buf).await?;
             if n == 0 {
                 return Err(io::ErrorKind::UnexpectedEof.into());
             }
