@@ -23,6 +23,11 @@ fn limits(ws: WebSocketUpgrade, ctx: &PushContext) -> WebSocketUpgrade {
         .max_frame_size(ctx.config.max_payload)
 }
 
+/// How long one batch may take to be written: the client's pingTimeout.
+fn write_timeout(ctx: &PushContext) -> Duration {
+    Duration::from_millis(ctx.config.ping_timeout_ms)
+}
+
 /// A session opened directly on websocket.
 pub fn serve_new(
     ws: WebSocketUpgrade,
@@ -32,7 +37,7 @@ pub fn serve_new(
 ) -> Response {
     limits(ws, &ctx).on_upgrade(move |mut socket| async move {
         if socket.send(Message::text(open_text)).await.is_ok() {
-            run(socket, &s).await;
+            run(socket, &s, write_timeout(&ctx)).await;
         }
         s.close();
     })
@@ -51,7 +56,7 @@ pub fn serve_upgrade(
     let timeout = Duration::from_millis(ctx.config.upgrade_timeout_ms);
     limits(ws, &ctx).on_upgrade(move |mut socket| async move {
         match tokio::time::timeout(timeout, probe(&mut socket, &s)).await {
-            Ok(true) => run(socket, &s).await,
+            Ok(true) => run(socket, &s, write_timeout(&ctx)).await,
             _ => {
                 debug!(sid = %s.sid, "websocket upgrade failed; session stays on polling");
                 s.abort_upgrade();
@@ -84,8 +89,10 @@ async fn probe(socket: &mut WebSocket, s: &EngineSession) -> bool {
     false
 }
 
-/// Moves packets both ways until either side ends.
-async fn run(socket: WebSocket, s: &EngineSession) {
+/// Moves packets both ways until either side ends (the writer ends, with a
+/// close frame, when the session closes). A write that cannot complete within `write_timeout` (the client reads
+/// nothing) ends it: the session task then sees the transport gone.
+async fn run(socket: WebSocket, s: &EngineSession, write_timeout: Duration) {
     let (mut tx, mut rx) = socket.split();
     let reader = async {
         while let Some(Ok(msg)) = rx.next().await {
@@ -112,15 +119,20 @@ async fn run(socket: WebSocket, s: &EngineSession) {
             let wake = s.writable();
             s.take_all(&mut batch);
             if !batch.is_empty() {
-                for o in batch.drain(..) {
-                    if tx.feed(o.ws_message()).await.is_err() {
+                let write = async {
+                    for o in batch.drain(..) {
+                        tx.feed(o.ws_message()).await?;
+                    }
+                    tx.flush().await
+                };
+                match tokio::time::timeout(write_timeout, write).await {
+                    Ok(Ok(())) => continue,
+                    Ok(Err(_)) => return,
+                    Err(_) => {
+                        debug!(sid = %s.sid, "websocket client read nothing within pingTimeout; closing");
                         return;
                     }
                 }
-                if tx.flush().await.is_err() {
-                    return;
-                }
-                continue;
             }
             if s.is_closed() {
                 let _ = tx.send(Message::Close(None)).await;

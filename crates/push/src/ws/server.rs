@@ -3,7 +3,8 @@
 //! queue that overflows under `disconnect` closes with code 1008 and the
 //! reason. The server sends a WebSocket ping every `ping_interval_ms`; a
 //! client that has not answered with a pong `ping_timeout_ms` later is
-//! closed (code 1001), so dead connections are reaped. With recovery on, a
+//! closed (code 1001), so dead connections are reaped — as is one that
+//! leaves a write pending that long (it reads nothing). With recovery on, a
 //! lost connection's session is parked for its client to recover.
 
 use std::sync::Arc;
@@ -99,17 +100,24 @@ async fn serve(socket: WebSocket, ctx: Arc<PushContext>, grants: Grants) {
     let mut next_ping = Instant::now() + interval;
     let mut pong_due: Option<Instant> = None;
     let end = loop {
-        // One flush for everything the last wake-up produced.
+        // One flush for everything the last wake-up produced. A client
+        // that does not read stalls the write; one that lets a frame wait
+        // longer than the ping timeout is as dead as one that sends no
+        // pong, and its backlog stays in the bounded hub queue meanwhile.
         if !out.is_empty() {
-            let mut failed = false;
-            for o in out.drain(..) {
-                if tx.feed(frame(o)).await.is_err() {
-                    failed = true;
-                    break;
+            let write = async {
+                for o in out.drain(..) {
+                    tx.feed(frame(o)).await?;
                 }
-            }
-            if failed || tx.flush().await.is_err() {
-                break End::Lost;
+                tx.flush().await
+            };
+            match tokio::time::timeout(timeout, write).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => break End::Lost,
+                Err(_) => {
+                    debug!("/ws client read nothing within ping_timeout_ms; closing");
+                    break End::Lost;
+                }
             }
         }
         let handle = session.recovery_handle();
