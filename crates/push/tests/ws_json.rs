@@ -189,3 +189,48 @@ async fn a_ws_client_that_never_pongs_is_closed_and_one_that_does_stays() {
     .unwrap();
     assert_eq!(next_json(&mut ws).await["op"], "subscribed");
 }
+
+#[tokio::test]
+async fn an_oversize_or_garbage_frame_closes_only_that_connection() {
+    let s = Server::start(PushConfig {
+        max_payload: 1000,
+        ..PushConfig::default()
+    })
+    .await;
+    let url = format!("ws://{}/ws", s.addr);
+    let (mut bystander, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+    bystander
+        .send(Message::text(
+            r#"{"op":"subscribe","id":1,"patterns":["o.>"]}"#,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(next_json(&mut bystander).await["op"], "subscribed");
+
+    let (mut big, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+    big.send(Message::text("x".repeat(2000))).await.ok();
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match big.next().await {
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "an oversize frame left the connection open");
+
+    // Garbage that parses as no request is answered, not fatal.
+    let (mut odd, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+    odd.send(Message::binary(vec![0u8, 1, 2])).await.unwrap();
+    assert_eq!(next_json(&mut odd).await["op"], "error");
+    odd.send(Message::text("{\"op\":")).await.unwrap();
+    assert_eq!(next_json(&mut odd).await["op"], "error");
+
+    let (st, _) = s.request("POST", "/v1/publish?topic=o.k", b"1").await;
+    assert_eq!(st, 200);
+    assert_eq!(
+        next_json(&mut bystander).await,
+        json!({"op":"message","topic":"o.k","payload":1})
+    );
+}
