@@ -209,3 +209,17 @@ async fn ws_client_recovers_from_an_offset() {
     assert!(r["reason"].as_str().unwrap().contains("unknown"), "{r}");
     assert_eq!(s.ctx.recovery.recovered(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_namespace_of_a_recovered_connection_gets_its_own_missed_events() {
+    let s = Server::start(PushConfig {
+        namespaces: vec!["/n".into()],
+        ..recovering(10_000, 1024)
+    })
+    .await;
+    let line = js_peer("recovery-namespaces", s.url(), &[]).await;
+    let v: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["recovered"], json!([true, true]), "{v}");
+    assert_eq!(v["got"]["r"], json!([1, 2, 3, 4, 5]), "{v}");
+    assert_eq!(v["got"]["q"], json!([1, 2, 3, 4, 5]), "{v}");
+}

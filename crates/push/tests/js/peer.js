@@ -176,7 +176,51 @@ async function recovery(transport, missed, pause) {
   process.exit(0);
 }
 
+// Recovery with two namespaces on one connection: "/" subscribed to r.>,
+// "/n" to q.>; the engine drops, both topics get messages meanwhile, both
+// sockets reconnect and each must get its own missed events, once, in order.
+async function recoveryNamespaces() {
+  const opts = { transports: ["websocket"], reconnection: false };
+  const a = io(base, opts);
+  const b = io(`${base}/n`, opts);
+  const got = { r: [], q: [] };
+  a.on("r.x", (p) => got.r.push(p.n));
+  b.on("q.x", (p) => got.q.push(p.n));
+  for (const s of [a, b]) s.on("connect_error", (e) => fail(`connect_error ${e.message}`));
+  const connected = (s) => new Promise((r) => (s.connected ? r() : s.once("connect", r)));
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  const until = async (cond) => {
+    const deadline = Date.now() + 5000;
+    while (!cond() && Date.now() < deadline) await sleep(10);
+  };
+  const publish = async (topic, n) => {
+    const r = await fetch(`${base}/v1/publish?topic=${topic}`, { method: "POST", body: JSON.stringify({ n }) });
+    if (!r.ok) fail(`publish ${r.status}`);
+  };
+  await Promise.all([connected(a), connected(b)]);
+  await a.emitWithAck("subscribe", ["r.>"]);
+  await b.emitWithAck("subscribe", ["q.>"]);
+  for (const n of [1, 2]) { await publish("r.x", n); await publish("q.x", n); }
+  await until(() => got.r.length >= 2 && got.q.length >= 2);
+  const gone = Promise.all([a, b].map((s) => new Promise((r) => s.once("disconnect", r))));
+  a.io.engine.close();
+  await gone;
+  for (const n of [3, 4]) { await publish("r.x", n); await publish("q.x", n); }
+  a.connect();
+  b.connect();
+  await Promise.all([connected(a), connected(b)]);
+  await publish("r.x", 5);
+  await publish("q.x", 5);
+  await until(() => got.r.length >= 5 && got.q.length >= 5);
+  await sleep(200);
+  console.log(JSON.stringify({ ok: true, recovered: [a.recovered, b.recovered], got }));
+  a.close();
+  b.close();
+  process.exit(0);
+}
+
 switch (scenario) {
+  case "recovery-namespaces": recoveryNamespaces(); break;
   case "recovery": recovery(args[0], args[1] || 5, args[2] || 0); break;
   case "conformance": conformance(); break;
   case "socketio-polling": socketio(["polling"], "polling"); break;
