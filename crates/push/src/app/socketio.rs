@@ -94,6 +94,8 @@ impl SocketIoApp {
     /// The transport is gone: events are logged, no longer sent.
     pub fn detach(&mut self) {
         self.nsps.values_mut().for_each(|n| n.connected = false);
+        // Attachments cut off with the transport never complete.
+        self.pending = None;
     }
 
     /// The session's hub queue.
