@@ -445,3 +445,72 @@ fn leaf_set(leaves: &[u16]) -> Vec<bool> {
 pub fn parse_leaves(body: &[u8]) -> Result<Vec<u16>, String> {
     decode_leaves(body).map_err(|e| e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SyncPolicy;
+
+    fn ring(me: usize) -> Ring {
+        Ring::new(
+            (0..3)
+                .map(|i| format!("http://127.0.0.1:{}", 9000 + i))
+                .collect(),
+            me,
+        )
+    }
+
+    /// A key whose replicas, best first, start with `first`.
+    fn key_owned_first_by(r: &Ring, first: usize) -> Vec<u8> {
+        (0..)
+            .map(|i| format!("key{i}").into_bytes())
+            .find(|k| r.replicas(k, 1)[0] == first)
+            .unwrap()
+    }
+
+    #[test]
+    fn trees_hold_what_both_nodes_replicate_under_the_records_own_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(dir.path(), SyncPolicy::None).unwrap();
+        let r = ring(0);
+        let v = |from: usize| Record::value(now_ns(), Bytes::from_static(b"v")).with_replicas(from);
+        let everywhere = key_owned_first_by(&r, 1);
+        let only_mine = key_owned_first_by(&r, 0);
+        let unknown_from = b"legacy".to_vec();
+        engine.apply(&everywhere, &v(3)).unwrap();
+        engine.apply(&only_mine, &v(1)).unwrap();
+        engine
+            .apply(&unknown_from, &Record::value(1, Bytes::new()))
+            .unwrap();
+        // Dead for longer than the grace period: about to be purged, so
+        // left out; a fresh tombstone is in.
+        engine
+            .apply(b"old-tombstone", &Record::tombstone(1).with_replicas(3))
+            .unwrap();
+        engine
+            .apply(
+                b"new-tombstone",
+                &Record::tombstone(now_ns()).with_replicas(3),
+            )
+            .unwrap();
+
+        let trees = build_trees(&engine, &r, Duration::from_secs(60).as_nanos() as u64).unwrap();
+        assert_eq!(trees[0], MerkleTree::default(), "no tree for ourselves");
+        let mut expected = MerkleTree::default();
+        expected.add(&everywhere, &engine.get(&everywhere).unwrap().unwrap());
+        expected.add(&unknown_from, &engine.get(&unknown_from).unwrap().unwrap());
+        expected.add(
+            b"new-tombstone",
+            &engine.get(b"new-tombstone").unwrap().unwrap(),
+        );
+        assert_eq!(trees[1], expected);
+        assert_eq!(trees[2], expected);
+
+        // A from=2 key is shared with its other replica only.
+        let two = key_owned_first_by(&r, 0);
+        let rec = v(2);
+        let other = r.replicas(&two, 2)[1];
+        assert!(shared(&r, &two, &rec, other));
+        assert!(!shared(&r, &two, &rec, 3 - other));
+    }
+}
