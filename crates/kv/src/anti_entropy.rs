@@ -413,11 +413,7 @@ fn build_trees(engine: &Engine, ring: &Ring, grace_ns: u64) -> Result<Vec<Merkle
 /// The replicas of `key` under the record's own `from` (every node when
 /// unknown).
 fn owners(ring: &Ring, key: &[u8], record: &Record) -> Vec<usize> {
-    let from = match record.replicas as usize {
-        0 => ring.len(),
-        n => n.min(ring.len()),
-    };
-    ring.replicas(key, from)
+    ring.owners(key, record.replicas)
 }
 
 /// Whether this node and `peer` are both replicas of `key`.

@@ -58,6 +58,17 @@ impl Ring {
         scored.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         scored.into_iter().take(from).map(|(_, i)| i).collect()
     }
+
+    /// The nodes that hold `key` when it was written with `from` =
+    /// `written_to` (a record's [`crate::Record::replicas`]; 0, unknown,
+    /// means every node; more than the cluster means every node too).
+    pub fn owners(&self, key: &[u8], written_to: u8) -> Vec<usize> {
+        let from = match written_to as usize {
+            0 => self.len(),
+            n => n.min(self.len()),
+        };
+        self.replicas(key, from)
+    }
 }
 
 #[cfg(test)]
