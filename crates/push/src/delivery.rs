@@ -77,6 +77,20 @@ pub fn cached_socketio_event(msg: &Message, nsp: &str) -> Bytes {
     }
 }
 
+/// Whether an encoded Socket.IO event ([`socketio_event`]) announces a
+/// binary attachment (`451-…`). Delivery asks this of the cached bytes
+/// instead of classifying the payload again, a JSON parse per session.
+pub fn is_binary_event(event: &[u8]) -> bool {
+    event.starts_with(b"45")
+}
+
+/// Whether an encoded `/ws` message ([`ws_message`]) is followed by a
+/// binary frame. Unambiguous: a JSON or text payload ends the object with
+/// its own closing `}` or `"` before ours.
+pub fn is_binary_ws_message(message: &[u8]) -> bool {
+    message.ends_with(br#","binary":true}"#)
+}
+
 /// The cached `b`+base64 form of the payload (polling attachments).
 pub fn cached_base64(msg: &Message) -> Bytes {
     msg.encoded::<()>(EncodedForm::EngineIoBase64, |m| Ok(base64_form(&m.payload)))
@@ -157,6 +171,11 @@ mod tests {
             br#"451-["a.b",{"_placeholder":true,"num":0}]"#
         );
         assert_eq!(&cached_base64(&m)[..], b"b/wA=");
+        assert!(is_binary_event(&socketio_event(&m, "/")));
+        assert!(is_binary_ws_message(&ws_message(&m)));
+        let j = Message::new("a.b", &br#"{"binary":true}"#[..]);
+        assert!(!is_binary_event(&socketio_event(&j, "/")));
+        assert!(!is_binary_ws_message(&ws_message(&j)));
         assert_eq!(
             &ws_message(&m)[..],
             br#"{"op":"message","topic":"a.b","binary":true}"#

@@ -15,7 +15,7 @@ use super::subscriptions::{self, Refused};
 use super::App;
 use crate::auth::Grants;
 use crate::context::PushContext;
-use crate::delivery::{cached_ws_message, payload_kind, ws_message_with_offset, PayloadKind};
+use crate::delivery::{cached_ws_message, is_binary_ws_message, ws_message_with_offset};
 use crate::recovery::{RecoveryHandle, ReplayLog, Ticket};
 use crate::ws::protocol::{decode, ClientOp};
 
@@ -229,11 +229,12 @@ impl JsonSession {
 
 fn push_message(m: &Message, offset: Option<u64>, out: &mut Vec<JsonOut>) {
     let text = cached_ws_message(m);
+    let binary = is_binary_ws_message(&text);
     out.push(JsonOut::Text(match offset {
         Some(o) => ws_message_with_offset(&text, o),
         None => text,
     }));
-    if payload_kind(&m.payload) == PayloadKind::Binary {
+    if binary {
         out.push(JsonOut::Binary(m.payload.clone()));
     }
 }

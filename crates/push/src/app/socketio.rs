@@ -25,7 +25,7 @@ use super::CloseReason;
 use crate::auth::Grants;
 use crate::context::PushContext;
 use crate::delivery::{
-    cached_base64, cached_socketio_event, payload_kind, socketio_event_with_offset, PayloadKind,
+    cached_base64, cached_socketio_event, is_binary_event, socketio_event_with_offset,
 };
 use crate::engineio::handshake::{new_sid, Transport};
 use crate::recovery::{RecoveryHandle, ReplayLog, Ticket};
@@ -449,11 +449,12 @@ fn push_event(
     out: &mut Vec<Outgoing>,
 ) {
     let event = cached_socketio_event(m, nsp);
+    let binary = is_binary_event(&event);
     out.push(Outgoing::Text(match offset {
         Some(o) => socketio_event_with_offset(&event, o),
         None => event,
     }));
-    if payload_kind(&m.payload) == PayloadKind::Binary {
+    if binary {
         let base64 = (transport == Transport::Polling).then(|| cached_base64(m));
         out.push(Outgoing::Binary {
             raw: m.payload.clone(),

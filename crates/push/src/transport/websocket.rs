@@ -18,9 +18,17 @@ use crate::engineio::handshake::HandshakeError;
 use crate::engineio::packet::EioPacket;
 use crate::session::{EngineSession, Outgoing};
 
+/// Bytes a websocket reads per read call. tungstenite zero-fills this much
+/// of its read buffer on every read attempt, even one that finds nothing,
+/// and keeps it allocated: its 128 KiB default cost a 128 KiB memset per
+/// wake-up of every session and 128 KiB of memory per idle one. Client
+/// frames are small (acks, subscribes, 1 KB publishes).
+pub const WS_READ_BUFFER: usize = 4096;
+
 fn limits(ws: WebSocketUpgrade, ctx: &PushContext) -> WebSocketUpgrade {
     ws.max_message_size(ctx.config.max_payload)
         .max_frame_size(ctx.config.max_payload)
+        .read_buffer_size(WS_READ_BUFFER)
 }
 
 /// How long one batch may take to be written: the client's pingTimeout.

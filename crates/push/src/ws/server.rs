@@ -52,6 +52,7 @@ pub async fn handle(
     let grants = ctx.authorize(token);
     ws.max_message_size(ctx.config.max_payload)
         .max_frame_size(ctx.config.max_payload)
+        .read_buffer_size(crate::transport::websocket::WS_READ_BUFFER)
         .on_upgrade(move |mut socket| async move {
             match grants {
                 Ok(g) => serve(socket, ctx, g).await,
