@@ -223,3 +223,73 @@ async fn each_namespace_of_a_recovered_connection_gets_its_own_missed_events() {
     assert_eq!(v["got"]["r"], json!([1, 2, 3, 4, 5]), "{v}");
     assert_eq!(v["got"]["q"], json!([1, 2, 3, 4, 5]), "{v}");
 }
+
+/// The pid in a CONNECT answer (`40…{"sid":…,"pid":…}`), if any.
+fn pid_of(answer: &str) -> Option<String> {
+    let json = &answer[answer.find('{')?..];
+    let v: Value = serde_json::from_str(json.split('\u{1e}').next()?).ok()?;
+    v["pid"].as_str().map(str::to_owned)
+}
+
+#[tokio::test]
+async fn a_namespace_that_cannot_be_replayed_starts_clean_while_the_other_recovers() {
+    const SIO: &str = "/socket.io/";
+    let s = Server::start(PushConfig {
+        namespaces: vec!["/n".into()],
+        ..recovering(10_000, 4)
+    })
+    .await;
+    let get = |sid: String| {
+        let s = &s;
+        async move { String::from_utf8(s.get(SIO, &sid).await.1).unwrap() }
+    };
+    let sid = s.open(SIO).await;
+    s.post(SIO, &sid, b"40\x1e40/n,").await;
+    let answers = get(sid.clone()).await;
+    let pid = pid_of(&answers).expect("a pid with recovery on");
+    s.post(SIO, &sid, br#"421["subscribe",["a.x"]]"#).await;
+    s.post(SIO, &sid, br#"42/n,2["subscribe",["b.x"]]"#).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    get(sid.clone()).await;
+    // "/" gets offset 1, "/n" offsets 2..=6; the log keeps 3..=6.
+    s.ctx
+        .hub
+        .publish(HubMessage::new("a.x", "0"))
+        .await
+        .unwrap();
+    for i in 1..=5 {
+        s.ctx
+            .hub
+            .publish(HubMessage::new("b.x", i.to_string()))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let got = get(sid.clone()).await;
+    assert!(got.ends_with(r#"42/n,["b.x",5,"6"]"#), "{got}");
+    s.post(SIO, &sid, b"1").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let sid = s.open(SIO).await;
+    let ask = format!(r#"40/n,{{"pid":"{pid}","offset":"6"}}"#);
+    s.post(SIO, &sid, ask.as_bytes()).await;
+    let answer = get(sid.clone()).await;
+    assert_eq!(pid_of(&answer).as_deref(), Some(pid.as_str()), "{answer}");
+    let ask = format!(r#"40{{"pid":"{pid}","offset":"1"}}"#);
+    s.post(SIO, &sid, ask.as_bytes()).await;
+    let answer = get(sid.clone()).await;
+    assert!(answer.starts_with("40{\"sid\""), "{answer}");
+    assert_eq!(pid_of(&answer), None, "{answer}");
+    // "/" lost its subscription; "/n" goes on from offset 7.
+    s.ctx
+        .hub
+        .publish(HubMessage::new("a.x", "1"))
+        .await
+        .unwrap();
+    s.ctx
+        .hub
+        .publish(HubMessage::new("b.x", "6"))
+        .await
+        .unwrap();
+    assert_eq!(get(sid.clone()).await, r#"42/n,["b.x",6,"7"]"#);
+}

@@ -198,11 +198,19 @@ impl SocketIoApp {
         // A client that had a session sends its pid and the offset of the
         // last event it received (none if it received none).
         let mut replay_after = None;
+        let mut hide_pid = false;
         if let (true, Some(pid)) = (ctx.config.recovery(), field("pid")) {
             let offset = field("offset").and_then(|o| o.parse().ok()).unwrap_or(0);
             let ok = self.recover(pid, offset, &p.nsp, &grants, ctx).await;
             ctx.recovery.count(ok);
             replay_after = ok.then_some(offset);
+            if !ok && self.recovery.as_ref().is_some_and(|r| r.ticket.pid() == pid) {
+                // A namespace of this very session that cannot be replayed
+                // starts afresh, and its answer carries no pid: the same
+                // pid would tell the client it was recovered.
+                self.leave(&p.nsp);
+                hide_pid = true;
+            }
         }
         if self.recovery.is_none() && ctx.config.recovery() {
             self.recovery = ctx
@@ -231,7 +239,7 @@ impl SocketIoApp {
         sock.grants = grants;
         sock.connected = true;
         let mut answer = json!({"sid": sock.sid});
-        if let Some(r) = &self.recovery {
+        if let (Some(r), false) = (&self.recovery, hide_pid) {
             answer["pid"] = json!(r.ticket.pid());
         }
         let ok = SioPacket::new(SioType::Connect, &p.nsp, Some(answer));
