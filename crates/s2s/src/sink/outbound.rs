@@ -146,33 +146,34 @@ impl Sink for S2sSink {
 
     fn send(&self, msg: SharedMessage, ack: AckToken) -> SinkFuture<'_> {
         Box::pin(async move {
-            self.metrics.queued.inc();
-            let item = match self.queue.try_send((msg, ack)) {
-                Ok(()) => return,
-                Err(mpsc::error::TrySendError::Full(item)) => item,
-                Err(mpsc::error::TrySendError::Closed((_, ack))) => {
-                    self.metrics.queued.dec();
-                    return Self::closed(ack);
+            // A permit first (cancel-safe: a send dropped while waiting has
+            // counted nothing), then the count, then the hand-over, so the
+            // collector never confirms a message before it was counted.
+            let permit = match self.queue.try_reserve() {
+                Ok(p) => p,
+                Err(mpsc::error::TrySendError::Full(())) => {
+                    self.metrics.queue_full_waits.inc();
+                    match self.queue.reserve().await {
+                        Ok(p) => p,
+                        Err(_) => return Self::closed(ack),
+                    }
                 }
+                Err(mpsc::error::TrySendError::Closed(())) => return Self::closed(ack),
             };
-            self.metrics.queue_full_waits.inc();
-            if let Err(mpsc::error::SendError((_, ack))) = self.queue.send(item).await {
-                self.metrics.queued.dec();
-                Self::closed(ack);
-            }
+            self.metrics.queued.inc();
+            permit.send((msg, ack));
         })
     }
 
     fn try_send(&self, msg: SharedMessage, ack: AckToken) -> Result<(), (SharedMessage, AckToken)> {
-        self.metrics.queued.inc();
-        match self.queue.try_send((msg, ack)) {
-            Ok(()) => Ok(()),
-            Err(mpsc::error::TrySendError::Full(item)) => {
-                self.metrics.queued.dec();
-                Err(item)
+        match self.queue.try_reserve() {
+            Ok(permit) => {
+                self.metrics.queued.inc();
+                permit.send((msg, ack));
+                Ok(())
             }
-            Err(mpsc::error::TrySendError::Closed((_, ack))) => {
-                self.metrics.queued.dec();
+            Err(mpsc::error::TrySendError::Full(())) => Err((msg, ack)),
+            Err(mpsc::error::TrySendError::Closed(())) => {
                 Self::closed(ack);
                 Ok(())
             }
