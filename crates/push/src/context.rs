@@ -34,13 +34,15 @@ impl PushContext {
         // server starts; one that slips through verifies nothing.
         let jwt = JwtVerifier::new(config.jwt_secret.as_bytes(), &config.jwt_public_key)
             .unwrap_or_else(|_| JwtVerifier::new(b"", "").expect("no key always builds"));
+        let recovery = Arc::new(RecoveryRegistry::default());
+        recovery.register_metrics(hub.metrics());
         Arc::new(PushContext {
             stats: PushStats::new(&hub),
             hub,
             config,
             sessions: SessionRegistry::default(),
             jwt,
-            recovery: Arc::default(),
+            recovery,
         })
     }
 

@@ -64,6 +64,12 @@ async fn socket_io_client_recovers_every_missed_message_once_in_order() {
     }
     assert_eq!(s.ctx.recovery.recovered(), 2);
     assert_eq!(s.ctx.recovery.not_recovered(), 0);
+    let metrics = s.ctx.hub.metrics().render();
+    assert!(
+        metrics.contains("tidegate_push_recovered_total 2")
+            && metrics.contains("tidegate_push_not_recovered_total 0"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

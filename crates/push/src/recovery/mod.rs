@@ -21,11 +21,13 @@ pub mod log;
 pub mod park;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use tidegate_hub::HubMetrics;
 use tokio::sync::{oneshot, Notify};
 
 use crate::app::App;
@@ -89,16 +91,37 @@ impl Drop for Ticket {
     }
 }
 
-/// Recoverable sessions (live and parked) by id, and recovery counters.
+/// Recoverable sessions (live and parked) by id, and recovery counters
+/// (exported as `tidegate_push_parked_sessions`,
+/// `tidegate_push_recovered_total`, `tidegate_push_not_recovered_total`).
 #[derive(Debug, Default)]
 pub struct RecoveryRegistry {
     map: Mutex<HashMap<String, Arc<RecoveryHandle>>>,
-    parked: AtomicUsize,
-    recovered: AtomicU64,
-    not_recovered: AtomicU64,
+    pub(crate) parked: Gauge,
+    recovered: Counter,
+    not_recovered: Counter,
 }
 
 impl RecoveryRegistry {
+    /// Reports the counters in `/metrics`.
+    pub fn register_metrics(&self, m: &HubMetrics) {
+        m.register(
+            "push_parked_sessions",
+            "Push sessions whose transport was lost, waiting to be recovered",
+            self.parked.clone(),
+        );
+        m.register(
+            "push_recovered",
+            "Reconnects that recovered their session (connection state recovery)",
+            self.recovered.clone(),
+        );
+        m.register(
+            "push_not_recovered",
+            "Reconnects that asked for recovery and started afresh (window or history exceeded)",
+            self.not_recovered.clone(),
+        );
+    }
+
     /// Registers a new recoverable session, unless `max` are registered.
     pub fn register(self: &Arc<Self>, max: usize) -> Option<Ticket> {
         let mut m = self.map.lock();
@@ -143,26 +166,25 @@ impl RecoveryRegistry {
 
     /// Sessions parked now.
     pub fn parked(&self) -> usize {
-        self.parked.load(Ordering::Relaxed)
+        self.parked.get().max(0) as usize
     }
 
     /// Reconnects that recovered their session so far.
     pub fn recovered(&self) -> u64 {
-        self.recovered.load(Ordering::Relaxed)
+        self.recovered.get()
     }
 
     /// Reconnects that asked for recovery and started afresh.
     pub fn not_recovered(&self) -> u64 {
-        self.not_recovered.load(Ordering::Relaxed)
+        self.not_recovered.get()
     }
 
     /// Counts one recovery attempt's outcome.
     pub fn count(&self, recovered: bool) {
-        let c = if recovered {
-            &self.recovered
+        if recovered {
+            self.recovered.inc();
         } else {
-            &self.not_recovered
-        };
-        c.fetch_add(1, Ordering::Relaxed);
+            self.not_recovered.inc();
+        }
     }
 }

@@ -4,7 +4,6 @@
 //! too), so a client that returns is sent them; the window's end drops the
 //! state, and with it the subscriptions and the session id.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,14 +24,14 @@ pub fn park(mut app: App, ctx: &Arc<PushContext>) {
     if window.is_zero() || !app.recoverable() {
         return;
     }
-    if registry.parked.fetch_add(1, Ordering::Relaxed) >= ctx.config.max_sessions {
-        registry.parked.fetch_sub(1, Ordering::Relaxed);
+    if registry.parked.inc() >= ctx.config.max_sessions as i64 {
+        registry.parked.dec();
         return;
     }
     app.detach();
     tokio::spawn(async move {
         hold(app, window).await;
-        registry.parked.fetch_sub(1, Ordering::Relaxed);
+        registry.parked.dec();
     });
 }
 
