@@ -108,6 +108,9 @@ pub async fn run(
         End::Fatal(reason) => debug!(sid = %session.sid, %reason, "engine.io session closed"),
         End::TakenOver => {
             debug!(sid = %session.sid, "engine.io session taken over by a reconnect");
+            // Handed over like a parked one: nothing is sent any more until
+            // the new connection CONNECTs.
+            app.detach();
             if let Some(tx) = app.recovery_handle().and_then(|h| h.take_reply()) {
                 let _ = tx.send(app);
             }

@@ -167,11 +167,12 @@ async fn serve(socket: WebSocket, ctx: Arc<PushContext>, grants: Grants) {
             }
         }
     };
-    let app = App::Json(Box::new(session));
+    let mut app = App::Json(Box::new(session));
     match end {
         End::Lost => park(app, &ctx),
         End::Closed => {}
         End::TakenOver => {
+            app.detach();
             if let Some(reply) = app.recovery_handle().and_then(|h| h.take_reply()) {
                 let _ = reply.send(app);
             }
