@@ -13,8 +13,9 @@
 //! out is kept on this node's disk and delivered when the replica is back.
 //!
 //! Read repair: after a read, every replica seen with an older version (or
-//! none) is sent the newest one in the background — also those that answer
-//! after the client got its response, within the replica timeout.
+//! none, when it is one of the replicas the newest version was written to)
+//! is sent the newest one in the background — also those that answer after
+//! the client got its response, within the replica timeout.
 //!
 //! Anti-entropy ([`crate::anti_entropy`]) runs beside, started here when
 //! the cluster has more than one node and `[kv] anti_entropy_interval_ms`
@@ -251,15 +252,24 @@ impl KvStore {
     {
         let store = self.clone();
         tokio::spawn(async move {
-            let stale = |r: &Option<Record>| r.as_ref().is_none_or(|r| newest.supersedes(r));
+            // A replica is stale when it holds an older version, or none
+            // while it is one of the key's replicas under the newest
+            // record's own `from` — a read with a larger `from` than the
+            // write must not copy the key to more nodes than it was
+            // written to.
+            let owners = store.inner.ring.owners(&key, newest.replicas);
+            let stale = |node: usize, r: &Option<Record>| match r {
+                Some(r) => newest.supersedes(r),
+                None => owners.contains(&node),
+            };
             let mut targets: Vec<usize> = seen
                 .iter()
-                .filter(|(_, r)| stale(r))
+                .filter(|(n, r)| stale(*n, r))
                 .map(|(n, _)| *n)
                 .collect();
             let drain = async {
                 while let Some((node, answer)) = late.next().await {
-                    if answer.is_ok_and(|r| stale(&r)) {
+                    if answer.is_ok_and(|r| stale(node, &r)) {
                         targets.push(node);
                     }
                 }

@@ -57,3 +57,46 @@ fn a_quorum_read_repairs_a_replica_that_missed_a_write_or_a_delete() {
     // Repaired by the read alone: no hint was stored anywhere.
     assert_eq!(metric(&nodes[2], "tidegate_kv_hints_stored_total"), 0.0);
 }
+
+#[test]
+fn a_read_with_a_larger_from_does_not_copy_a_key_beyond_its_own_from() {
+    let nodes = started(3, "");
+    assert_eq!(
+        nodes[0]
+            .req("PUT", &entity("single", "&from=1&ack=1"), b"1")
+            .0,
+        201
+    );
+    let owner = nodes.iter().position(|n| holds(n, "single")).unwrap();
+    // A read over all three: two of them answer "absent", which is not
+    // stale for a key written to one replica.
+    for n in &nodes {
+        assert_eq!(
+            n.req("GET", &entity("single", "&from=3&ack=3"), b""),
+            (200, b"1".to_vec())
+        );
+    }
+    std::thread::sleep(Duration::from_millis(500)); // repairs run in the background
+    for (i, n) in nodes.iter().enumerate() {
+        assert_eq!(holds(n, "single"), i == owner, "node {i}");
+    }
+    // A replica holding an older version is still repaired.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let other = (owner + 1) % 3;
+    let old = tidegate_kv::Record::value(now - 1_000_000_000_000, "old".into()).with_replicas(3);
+    assert_eq!(
+        internal(&nodes[other], SECRET, "PUT", "single", &old.encode()).0,
+        201
+    );
+    assert_eq!(
+        nodes[other].req("GET", &entity("single", "&from=3&ack=3"), b""),
+        (200, b"1".to_vec())
+    );
+    eventually("the stale replica was not repaired", || {
+        let (status, body) = internal(&nodes[other], SECRET, "GET", "single", b"");
+        status == 200 && tidegate_kv::Record::decode(body.into()).unwrap().value == "1"
+    });
+}
