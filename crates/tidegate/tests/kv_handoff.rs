@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 
 use kv_util::*;
 
+/// Anti-entropy off, so only the mechanism under test can fix a replica.
+const NO_ANTI_ENTROPY: &str = "anti_entropy_interval_ms = 0\n";
+
 fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !ok() {
@@ -20,7 +23,7 @@ fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
 
 #[test]
 fn a_replica_gets_the_writes_it_missed_when_it_comes_back() {
-    let mut nodes = started(2, "");
+    let mut nodes = started(2, NO_ANTI_ENTROPY);
     let one = "&from=2&ack=1";
     assert_eq!(
         nodes[0].req("PUT", &entity("del", "&from=2&ack=2"), b"v").0,

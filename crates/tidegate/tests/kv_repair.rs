@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 use kv_util::*;
 
+/// Anti-entropy off, so only the mechanism under test can fix a replica.
+const NO_ANTI_ENTROPY: &str = "anti_entropy_interval_ms = 0\n";
+
 fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while !ok() {
@@ -19,7 +22,7 @@ fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
 
 #[test]
 fn a_quorum_read_repairs_a_replica_that_missed_a_write_or_a_delete() {
-    let nodes = started(3, "");
+    let nodes = started(3, NO_ANTI_ENTROPY);
     // Stale states planted with signed internal writes (no hints exist for
     // them, so only read repair can fix node 2): "new" is on nodes 0 and 1
     // only; "del" is deleted on 0 and 1 and an older value on 2.
@@ -60,7 +63,7 @@ fn a_quorum_read_repairs_a_replica_that_missed_a_write_or_a_delete() {
 
 #[test]
 fn a_read_with_a_larger_from_does_not_copy_a_key_beyond_its_own_from() {
-    let nodes = started(3, "");
+    let nodes = started(3, NO_ANTI_ENTROPY);
     assert_eq!(
         nodes[0]
             .req("PUT", &entity("single", "&from=1&ack=1"), b"1")
