@@ -40,6 +40,8 @@ both_modes! {
         publ.publish(&sent).await.unwrap();
         let got = sub.recv_message().await.unwrap();
         assert_eq!(got, sent);
+        // Counted as the listener's messages out ($sys.stats events out/s).
+        assert_eq!(s.metrics("wire").frames_out_total(), 1);
     }
 }
 
