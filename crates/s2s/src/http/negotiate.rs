@@ -153,6 +153,25 @@ mod tests {
         assert_eq!(r.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
     }
 
+    proptest::proptest! {
+        /// Whatever a client puts in these headers, the checks answer
+        /// without panicking, and a wildcard always admits.
+        #[test]
+        fn hostile_headers_never_panic(value in "\\PC{0,200}", produced in "[a-z]{1,8}/[a-z*]{1,8}") {
+            let _ = admits(&value, &produced);
+            assert!(admits(&format!("{value},*/*"), &produced));
+            let mut h = HeaderMap::new();
+            if let Ok(v) = axum::http::HeaderValue::from_str(&value) {
+                h.insert(header::ACCEPT, v.clone());
+                h.insert(header::CONTENT_TYPE, v.clone());
+                h.insert(PROTOCOL_VERSION_HEADER, v);
+            }
+            let _ = accept(&h, &produced);
+            let _ = content_type(&h, media::OCTET_STREAM);
+            let _ = version(&h);
+        }
+    }
+
     #[test]
     fn the_version_header_is_required_and_numeric() {
         let mut h = HeaderMap::new();
