@@ -201,6 +201,27 @@ async fn ws_client_recovers_from_an_offset() {
             .is_err()
     );
 
+    // A third connection takes the session over from the live second one,
+    // which is closed with the reason.
+    let (mut third, _) = ws_connect(&s).await;
+    let ask = json!({"op": "recover", "session": session, "offset": 6});
+    third.send(Message::text(ask.to_string())).await.unwrap();
+    assert_eq!(next_json(&mut third).await["recovered"], true);
+    let closed = tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .unwrap();
+    match closed {
+        Some(Ok(Message::Close(Some(f)))) => assert!(f.reason.contains("recovered"), "{f:?}"),
+        other => panic!("the old connection got {other:?}"),
+    }
+    publish(&s, 7).await;
+    let m = next_json(&mut third).await;
+    assert_eq!(
+        (m["payload"]["n"].as_u64(), m["offset"].as_u64()),
+        (Some(7), Some(7)),
+        "{m}"
+    );
+
     // An unknown session, or one asked for after a subscribe, is refused
     // with why and the connection goes on as a fresh session.
     let (mut ws, fresh) = ws_connect(&s).await;
@@ -213,7 +234,7 @@ async fn ws_client_recovers_from_an_offset() {
     assert_eq!(r["recovered"], false, "{r}");
     assert_eq!(r["session"], fresh.as_str());
     assert!(r["reason"].as_str().unwrap().contains("unknown"), "{r}");
-    assert_eq!(s.ctx.recovery.recovered(), 1);
+    assert_eq!(s.ctx.recovery.recovered(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -298,4 +319,63 @@ async fn a_namespace_that_cannot_be_replayed_starts_clean_while_the_other_recove
         .await
         .unwrap();
     assert_eq!(get(sid.clone()).await, r#"42/n,["b.x",6,"7"]"#);
+}
+
+#[tokio::test]
+async fn a_reconnect_takes_over_a_session_whose_old_connection_is_not_yet_noticed() {
+    const SIO: &str = "/socket.io/";
+    let s = Server::start(recovering(10_000, 1024)).await;
+    let get = |sid: String| {
+        let s = &s;
+        async move { String::from_utf8(s.get(SIO, &sid).await.1).unwrap() }
+    };
+    let old = s.open(SIO).await;
+    s.post(SIO, &old, b"40").await;
+    let pid = pid_of(&get(old.clone()).await).unwrap();
+    s.post(SIO, &old, br#"421["subscribe",["t.>"]]"#).await;
+    assert!(get(old.clone()).await.starts_with("431"));
+    for i in 1..=2 {
+        s.ctx
+            .hub
+            .publish(HubMessage::new("t.x", i.to_string()))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        get(old.clone()).await,
+        "42[\"t.x\",1,\"1\"]\u{1e}42[\"t.x\",2,\"2\"]"
+    );
+    // The client's network dies: 3 and 4 reach the old session's outbox,
+    // never the client; the server has not noticed anything.
+    for i in 3..=4 {
+        s.ctx
+            .hub
+            .publish(HubMessage::new("t.x", i.to_string()))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(s.ctx.sessions.get(&old).is_some());
+
+    let new = s.open(SIO).await;
+    let ask = format!(r#"40{{"pid":"{pid}","offset":"2"}}"#);
+    s.post(SIO, &new, ask.as_bytes()).await;
+    let got = get(new.clone()).await;
+    let parts: Vec<&str> = got.split('\u{1e}').collect();
+    assert_eq!(pid_of(parts[0]).as_deref(), Some(pid.as_str()), "{got}");
+    assert_eq!(
+        &parts[1..],
+        ["42[\"t.x\",3,\"3\"]", "42[\"t.x\",4,\"4\"]"],
+        "{got}"
+    );
+    // The old connection is closed; the new one goes on, no duplicate.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(s.ctx.sessions.get(&old).is_none());
+    s.ctx
+        .hub
+        .publish(HubMessage::new("t.x", "5"))
+        .await
+        .unwrap();
+    assert_eq!(get(new.clone()).await, "42[\"t.x\",5,\"5\"]");
 }
