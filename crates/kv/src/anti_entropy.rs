@@ -313,6 +313,12 @@ impl AntiEntropy {
                 if !wanted[leaf_of(&key)] {
                     return Err("the peer sent an entry outside the asked ranges".into());
                 }
+                if !shared(&self.ring, &key, &record, peer) {
+                    // Not ours to hold under the record's own `from` (a peer
+                    // configured with another `nodes` list would send these):
+                    // storing it would add a copy nobody asked for.
+                    continue;
+                }
                 batch_bytes += key.len() + record.value.len();
                 batch.push((key, record));
             }
