@@ -12,7 +12,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 
 use crate::subscriber::SubscriberQueue;
-use crate::topic::Pattern;
+use crate::topic::{is_system_topic, Pattern};
 use crate::trie::TrieNode;
 
 const SHARDS: usize = 64;
@@ -91,7 +91,9 @@ impl TopicBus {
         }
         if self.wildcard_count.load(Ordering::Acquire) > 0 {
             let tokens: Vec<&str> = topic.split('.').collect();
-            self.wildcards.read().for_each_match(&tokens, &mut f);
+            self.wildcards
+                .read()
+                .for_each_match_from_root(&tokens, is_system_topic(topic), &mut f);
         }
     }
 }

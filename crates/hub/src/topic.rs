@@ -3,6 +3,10 @@
 //! Topics are `.`-separated non-empty tokens (`logs.app.web`). Patterns use the
 //! NATS wildcards: `*` matches exactly one token, `>` matches one or more
 //! trailing tokens and may only be last.
+//!
+//! Topics under `$sys.` are the hub's own: only the hub publishes there, and
+//! a pattern matches them only if its first token is the literal `$sys` (a
+//! leading `*` or `>` does not, as with MQTT's `$` topics).
 
 use thiserror::Error;
 
@@ -177,6 +181,11 @@ impl Pattern {
     pub fn matches(&self, topic: &str) -> bool {
         if self.is_literal() {
             return &*self.text == topic;
+        }
+        // A leading wildcard does not match the hub's own `$sys.` topics
+        // (the bus's rule too).
+        if is_system_topic(topic) && !matches!(self.wild_tokens.first(), Some(Token::Literal(_))) {
+            return false;
         }
         let mut parts = topic.split('.');
         for tok in self.wild_tokens.iter() {

@@ -64,6 +64,26 @@ impl TrieNode {
             && self.rest.is_empty()
     }
 
+    /// Calls `f` for every subscriber whose pattern matches `tokens`, from
+    /// the root: a `$sys.` topic is matched only by patterns that name `$sys`
+    /// (a leading `*` or `>` does not reach the hub's own topics, as in
+    /// MQTT, so a catch-all subscriber does not get the reports).
+    pub(crate) fn for_each_match_from_root<'a>(
+        &'a self,
+        tokens: &[&str],
+        system: bool,
+        f: &mut impl FnMut(&'a Arc<SubscriberQueue>),
+    ) {
+        match tokens.split_first() {
+            Some((first, rest)) if system => {
+                if let Some(child) = self.literal.get(*first) {
+                    child.for_each_match(rest, f);
+                }
+            }
+            _ => self.for_each_match(tokens, f),
+        }
+    }
+
     /// Calls `f` for every subscriber whose pattern matches the topic tokens.
     pub(crate) fn for_each_match<'a>(
         &'a self,

@@ -341,6 +341,10 @@ async fn route_failures_count_failed_and_lost_messages_but_not_acknowledged_ones
 async fn sys_topics_are_subscribable_but_only_the_hub_publishes_there() {
     let hub = Hub::default();
     let sys = hub.subscribe("$sys.>").unwrap();
+    let stats = hub.subscribe("$sys.*").unwrap();
+    // Catch-all patterns do not reach the hub's own topics.
+    let all = hub.subscribe(">").unwrap();
+    let star = hub.subscribe("*.stats").unwrap();
     for publish in [
         hub.publish(msg("$sys.stats", "forged")).await,
         hub.publish_acked(msg("$sys.x", "forged"), &AckGroup::new())
@@ -360,6 +364,21 @@ async fn sys_topics_are_subscribable_but_only_the_hub_publishes_there() {
     hub.publish_system(msg("$sys.stats", "real")).unwrap();
     assert!(hub.publish_system(msg("stats", "x")).is_err());
     assert_eq!(drain(&sys).await, ["real"]);
+    assert_eq!(drain(&stats).await, ["real"]);
+    assert_eq!(drain(&all).await, ["an ordinary topic"]);
+    assert_eq!(drain(&star).await, ["an ordinary topic"]);
+    for (pattern, matches) in [
+        ("$sys.>", true),
+        ("$sys.stats", true),
+        ("$sys.*", true),
+        (">", false),
+        ("*.stats", false),
+        ("*.>", false),
+    ] {
+        let p = Pattern::parse(pattern).unwrap();
+        assert_eq!(p.matches("$sys.stats"), matches, "{pattern}");
+    }
+    assert!(Pattern::parse(">").unwrap().matches("sys.stats"));
 }
 
 #[tokio::test]
