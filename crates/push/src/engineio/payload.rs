@@ -28,22 +28,30 @@ pub fn decode_payload(body: &[u8], max_payload: usize) -> Result<Vec<EioPacket>,
 /// the front of `parts` while the payload stays within `max_payload` (at
 /// least one is always taken, so an oversize packet cannot wedge a session).
 /// Returns the payload and how many parts it holds.
+///
+/// Two passes: the first measures what fits, so the body (up to
+/// maxPayload, a megabyte) is allocated once instead of grown by doubling.
 pub fn encode_payload<'a, I>(parts: I, max_payload: usize) -> (Vec<u8>, usize)
 where
     I: IntoIterator<Item = &'a [u8]>,
+    I::IntoIter: Clone,
 {
-    let mut out = Vec::new();
-    let mut n = 0;
-    for p in parts {
+    let parts = parts.into_iter();
+    let (mut len, mut n) = (0usize, 0usize);
+    for p in parts.clone() {
         let extra = p.len() + usize::from(n > 0);
-        if n > 0 && out.len() + extra > max_payload {
+        if n > 0 && len + extra > max_payload {
             break;
         }
-        if n > 0 {
+        len += extra;
+        n += 1;
+    }
+    let mut out = Vec::with_capacity(len);
+    for (i, p) in parts.take(n).enumerate() {
+        if i > 0 {
             out.push(SEPARATOR as u8);
         }
         out.extend_from_slice(p);
-        n += 1;
     }
     (out, n)
 }

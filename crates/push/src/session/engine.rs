@@ -230,7 +230,18 @@ impl EngineSession {
                 PollAnswer::Wait
             };
         }
-        let parts: Vec<Bytes> = st.outbox.iter().map(Outgoing::polling_bytes).collect();
+        // Only what can fit is looked at (the outbox may hold a thousand
+        // packets, the body takes what maxPayload allows).
+        let mut size = 0usize;
+        let mut parts: Vec<Bytes> = Vec::new();
+        for o in st.outbox.iter() {
+            let b = o.polling_bytes();
+            size += b.len() + 1;
+            parts.push(b);
+            if size > max_payload {
+                break;
+            }
+        }
         let (body, n) = encode_payload(parts.iter().map(|b| &b[..]), max_payload);
         st.outbox.drain(..n);
         drop(st);
