@@ -24,13 +24,14 @@ use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::Router;
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::anti_entropy::{parse_leaves, ENTRIES_PATH, TREE_PATH};
 use crate::auth;
-use crate::client::INTERNAL_PATH;
+use crate::batch;
+use crate::client::{BATCH_PATH, INTERNAL_PATH};
 use crate::config::MAX_KEY_BYTES;
 use crate::engine::now_ns;
 use crate::error::KvError;
@@ -51,6 +52,7 @@ pub fn router(store: KvStore) -> Router {
         )
         .route("/v0/entities", get(get_range))
         .route(INTERNAL_PATH, get(internal).put(internal))
+        .route(BATCH_PATH, put(internal_batch))
         .route(TREE_PATH, get(tree))
         .route(ENTRIES_PATH, post(entries))
         .fallback(|| async { (StatusCode::BAD_REQUEST, "Bad Request\n") })
@@ -240,6 +242,28 @@ async fn internal(
     match store.local_apply(key, record).await {
         Ok(_) => (StatusCode::CREATED, "Created\n").into_response(),
         Err(e) => failed(e),
+    }
+}
+
+/// A coordinator's batch of reads and writes on this node's own data
+/// ([`crate::batch`]): verified, then applied to the local engine only.
+async fn internal_batch(
+    State(store): State<KvStore>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Some(no) = refused(&store, &method, &uri, &headers, &body) {
+        return no;
+    }
+    match batch::decode_ops(body) {
+        Ok(ops) => (
+            StatusCode::OK,
+            batch::encode_replies(&store.local_batch(ops).await),
+        )
+            .into_response(),
+        Err(e) => bad(&e.to_string()),
     }
 }
 

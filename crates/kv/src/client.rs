@@ -3,7 +3,19 @@
 //! pooled keep-alive HTTP/1.1 client (hyper-util's) shared by every
 //! request of this process. Timeouts are the caller's (the coordinator
 //! bounds the whole fan-out).
+//!
+//! With batching on (`[kv] replica_batching`, the default), [`ReplicaClient::put`]
+//! and [`ReplicaClient::get`] do not send a request each: they queue the
+//! operation for its peer, and one task per peer sends whatever has queued
+//! as one signed `PUT` [`BATCH_PATH`] ([`crate::batch`]), with at most
+//! [`BATCHES_IN_FLIGHT`] batches in flight per peer. Nothing waits for a
+//! batch to fill: a lone write leaves at once, and writes that arrive while
+//! the batches are in flight leave together in the next — one HTTP exchange
+//! (and one fsync on the replica under `sync = "always"`) for many keys.
+//! The per-peer queue is bounded; a full queue makes callers wait.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -12,9 +24,12 @@ use hyper::{Method, Request, StatusCode};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use parking_lot::Mutex;
 use thiserror::Error;
+use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::auth;
+use crate::batch::{self, BatchOp, BatchReply, MAX_BATCH_OPS};
 use crate::record::{Record, RecordError};
 
 /// Path of the internal, replica-local entity endpoint. Requests there are
@@ -26,6 +41,14 @@ pub const MAX_RECORD_RESPONSE_BYTES: usize = 512 * 1024 * 1024;
 const MAX_IDLE_PER_PEER: usize = 256;
 /// How long an idle pooled connection is kept.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Path of the internal batch endpoint ([`crate::batch`]).
+pub const BATCH_PATH: &str = "/v0/internal/batch";
+/// Operations queued per peer before callers wait.
+const PEER_QUEUE: usize = 8192;
+/// Batches in flight per peer; operations arriving meanwhile form the next.
+pub const BATCHES_IN_FLIGHT: usize = 4;
+/// Most value bytes in one batch (a batch also stops at [`MAX_BATCH_OPS`]).
+const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
 
 /// An internal request failed.
 #[derive(Debug, Error)]
@@ -61,6 +84,18 @@ pub enum ReplicaError {
 pub struct ReplicaClient {
     http: Client<HttpConnector, Full<Bytes>>,
     secret: Bytes,
+    /// Per-peer batch queues; `None` when batching is off.
+    batchers: Option<Arc<Mutex<PeerQueues>>>,
+}
+
+/// Each peer's batch queue, by URL.
+type PeerQueues = HashMap<String, mpsc::Sender<Queued>>;
+
+/// An operation waiting in a peer's queue, and where its answer goes.
+struct Queued {
+    op: BatchOp,
+    size: usize,
+    done: oneshot::Sender<Result<BatchReply, ReplicaError>>,
 }
 
 impl ReplicaClient {
@@ -72,7 +107,84 @@ impl ReplicaClient {
             .pool_max_idle_per_host(MAX_IDLE_PER_PEER)
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .build(connector);
-        ReplicaClient { http, secret }
+        ReplicaClient {
+            http,
+            secret,
+            batchers: None,
+        }
+    }
+
+    /// The same client with per-peer batching of `put` and `get` on or off.
+    pub fn with_batching(mut self, on: bool) -> Self {
+        self.batchers = on.then(Default::default);
+        self
+    }
+
+    /// The queue of `node`, its sending task started on first use.
+    fn queue(&self, node: &str) -> Option<mpsc::Sender<Queued>> {
+        let batchers = self.batchers.as_ref()?;
+        let mut map = batchers.lock();
+        if let Some(tx) = map.get(node) {
+            return Some(tx.clone());
+        }
+        let (tx, rx) = mpsc::channel(PEER_QUEUE);
+        let unbatched = ReplicaClient {
+            batchers: None,
+            ..self.clone()
+        };
+        tokio::spawn(send_batches(unbatched, node.to_owned(), rx));
+        map.insert(node.to_owned(), tx.clone());
+        Some(tx)
+    }
+
+    /// Queues `op` for `node`'s next batch and awaits its reply.
+    async fn batched(
+        &self,
+        tx: mpsc::Sender<Queued>,
+        node: &str,
+        op: BatchOp,
+    ) -> Result<BatchReply, ReplicaError> {
+        let size = match &op {
+            BatchOp::Get(k) => k.len(),
+            BatchOp::Put(k, r) => k.len() + r.value.len(),
+        };
+        let (done, answer) = oneshot::channel();
+        let gone = || ReplicaError::Transport {
+            node: node.to_owned(),
+            message: "the batch sender stopped".into(),
+        };
+        tx.send(Queued { op, size, done })
+            .await
+            .map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?
+    }
+
+    /// Sends one batch to `node` and returns a reply per operation.
+    async fn send_batch(
+        &self,
+        node: &str,
+        ops: &[BatchOp],
+    ) -> Result<Vec<BatchReply>, ReplicaError> {
+        let (status, body) = self
+            .send_path(node, Method::PUT, BATCH_PATH, batch::encode_ops(ops))
+            .await?;
+        if status != StatusCode::OK {
+            return Err(ReplicaError::Status {
+                node: node.to_owned(),
+                status,
+            });
+        }
+        let replies = batch::decode_replies(body).map_err(|e| ReplicaError::Transport {
+            node: node.to_owned(),
+            message: format!("bad batch reply: {e}"),
+        })?;
+        if replies.len() != ops.len() {
+            return Err(ReplicaError::Transport {
+                node: node.to_owned(),
+                message: format!("{} replies to {} operations", replies.len(), ops.len()),
+            });
+        }
+        Ok(replies)
     }
 
     /// Sends a signed internal request for `path` (with its query) to
@@ -112,8 +224,19 @@ impl ReplicaClient {
         body: Bytes,
     ) -> Result<(StatusCode, Bytes), ReplicaError> {
         let path = format!("{INTERNAL_PATH}?id={}", percent_encode(key));
+        self.send_path(node, method, &path, body).await
+    }
+
+    /// One signed request for `path` (with its query); the whole answer.
+    async fn send_path(
+        &self,
+        node: &str,
+        method: Method,
+        path: &str,
+        body: Bytes,
+    ) -> Result<(StatusCode, Bytes), ReplicaError> {
         let time = crate::engine::now_ns() / 1_000_000;
-        let sig = auth::sign(&self.secret, method.as_str(), &path, time, &body);
+        let sig = auth::sign(&self.secret, method.as_str(), path, time, &body);
         let transport = |message: String| ReplicaError::Transport {
             node: node.to_owned(),
             message,
@@ -141,6 +264,16 @@ impl ReplicaClient {
 
     /// Writes `record` for `key` on `node`.
     pub async fn put(&self, node: &str, key: &[u8], record: &Record) -> Result<(), ReplicaError> {
+        if let Some(tx) = self.queue(node) {
+            let op = BatchOp::Put(Bytes::copy_from_slice(key), record.clone());
+            return match self.batched(tx, node, op).await? {
+                BatchReply::Applied | BatchReply::NotNewer => Ok(()),
+                _ => Err(ReplicaError::Status {
+                    node: node.to_owned(),
+                    status: StatusCode::INTERNAL_SERVER_ERROR,
+                }),
+            };
+        }
         match self.send(node, Method::PUT, key, record.encode()).await? {
             (StatusCode::CREATED, _) => Ok(()),
             (status, _) => Err(ReplicaError::Status {
@@ -152,6 +285,17 @@ impl ReplicaClient {
 
     /// Reads `node`'s own version of `key`.
     pub async fn get(&self, node: &str, key: &[u8]) -> Result<Option<Record>, ReplicaError> {
+        if let Some(tx) = self.queue(node) {
+            let op = BatchOp::Get(Bytes::copy_from_slice(key));
+            return match self.batched(tx, node, op).await? {
+                BatchReply::Found(r) => Ok(Some(r)),
+                BatchReply::Absent => Ok(None),
+                _ => Err(ReplicaError::Status {
+                    node: node.to_owned(),
+                    status: StatusCode::INTERNAL_SERVER_ERROR,
+                }),
+            };
+        }
         match self.send(node, Method::GET, key, Bytes::new()).await? {
             (StatusCode::OK, body) => {
                 Record::decode(body)
@@ -167,6 +311,53 @@ impl ReplicaClient {
                 status,
             }),
         }
+    }
+}
+
+/// The sending task of one peer: takes whatever has queued (up to the
+/// batch limits) as soon as one of [`BATCHES_IN_FLIGHT`] slots is free,
+/// sends it, and hands each caller its reply (or the batch's error).
+async fn send_batches(client: ReplicaClient, node: String, mut rx: mpsc::Receiver<Queued>) {
+    let slots = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let Some(first) = rx.recv().await else {
+            return;
+        };
+        let mut bytes = first.size;
+        let mut queued = vec![first];
+        while queued.len() < MAX_BATCH_OPS && bytes < MAX_BATCH_BYTES {
+            match rx.try_recv() {
+                Ok(q) => {
+                    bytes += q.size;
+                    queued.push(q);
+                }
+                Err(_) => break,
+            }
+        }
+        let (client, node) = (client.clone(), node.clone());
+        tokio::spawn(async move {
+            let _slot = slot;
+            let (ops, dones): (Vec<_>, Vec<_>) = queued.into_iter().map(|q| (q.op, q.done)).unzip();
+            match client.send_batch(&node, &ops).await {
+                Ok(replies) => {
+                    for (done, reply) in dones.into_iter().zip(replies) {
+                        let _ = done.send(Ok(reply));
+                    }
+                }
+                Err(e) => {
+                    let message = e.to_string();
+                    for done in dones {
+                        let _ = done.send(Err(ReplicaError::Transport {
+                            node: node.clone(),
+                            message: message.clone(),
+                        }));
+                    }
+                }
+            }
+        });
     }
 }
 

@@ -116,6 +116,9 @@ pub struct KvConfig {
     /// `tombstone_grace_ms`, so a tombstone reaches every live replica
     /// before any replica may purge it.
     pub anti_entropy_interval_ms: u64,
+    /// Send replica reads and writes per peer in batches (one signed
+    /// request for whatever queued meanwhile) instead of one request each.
+    pub replica_batching: bool,
 }
 
 impl Default for KvConfig {
@@ -129,6 +132,7 @@ impl Default for KvConfig {
             replica_timeout_ms: DEFAULT_REPLICA_TIMEOUT_MS,
             cluster_secret: None,
             anti_entropy_interval_ms: DEFAULT_ANTI_ENTROPY_INTERVAL_MS,
+            replica_batching: true,
         }
     }
 }

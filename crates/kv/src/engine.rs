@@ -18,6 +18,7 @@ use bytes::Bytes;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use parking_lot::Mutex;
 
+use crate::commit::GroupCommit;
 use crate::config::SyncPolicy;
 use crate::error::KvError;
 use crate::record::Record;
@@ -44,6 +45,8 @@ pub struct Engine {
     sync: SyncPolicy,
     stripes: Box<[Mutex<()>]>,
     stop: Arc<AtomicBool>,
+    /// `sync = "always"`: one fsync for many concurrent writes.
+    group_commit: Option<GroupCommit>,
 }
 
 impl Engine {
@@ -65,6 +68,7 @@ impl Engine {
         let hints = db.keyspace(HINTS_KEYSPACE, || {
             KeyspaceCreateOptions::default().manual_journal_persist(manual)
         })?;
+        let group_commit = (sync == SyncPolicy::Always).then(|| GroupCommit::start(db.clone()));
         Ok(Engine {
             db,
             data,
@@ -72,6 +76,7 @@ impl Engine {
             sync,
             stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             stop: Arc::new(AtomicBool::new(false)),
+            group_commit,
         })
     }
 
@@ -132,21 +137,47 @@ impl Engine {
     /// (last-write-wins); returns whether it was stored. Answers after the
     /// write is in the journal as far as `[kv] sync` promises.
     pub fn apply(&self, key: &[u8], record: &Record) -> Result<bool, KvError> {
-        let stored = {
-            let _guard = self.stripe(key).lock();
-            let newer = match self.get(key)? {
-                Some(current) => record.supersedes(&current),
-                None => true,
-            };
-            if newer {
-                self.data.insert(key, record.encode().as_ref())?;
-            }
-            newer
-        };
+        let stored = self.apply_unsynced(key, record)?;
         if stored && self.sync == SyncPolicy::Always {
             self.db.persist(PersistMode::SyncData)?;
         }
         Ok(stored)
+    }
+
+    /// [`Engine::apply`] for async callers, without a thread hand-off: the
+    /// record goes into the journal on the caller's thread (a memtable
+    /// insert and a buffered write), and under `sync = "always"` the call
+    /// then awaits the group commit ([`crate::commit`]) — one fsync shared
+    /// with every write made meanwhile — instead of fsyncing alone.
+    pub async fn apply_committed(&self, key: &[u8], record: &Record) -> Result<bool, KvError> {
+        let stored = self.apply_unsynced(key, record)?;
+        if let (true, Some(gc)) = (stored, &self.group_commit) {
+            gc.commit().await?;
+        }
+        Ok(stored)
+    }
+
+    /// Waits until every write made so far is as durable as `[kv] sync`
+    /// promises: the group commit under `always`, nothing otherwise.
+    pub async fn commit(&self) -> Result<(), KvError> {
+        match &self.group_commit {
+            Some(gc) => gc.commit().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Last-write-wins insert into the journal and memtable, no fsync
+    /// (callers then [`Engine::commit`]).
+    pub fn apply_unsynced(&self, key: &[u8], record: &Record) -> Result<bool, KvError> {
+        let _guard = self.stripe(key).lock();
+        let newer = match self.get(key)? {
+            Some(current) => record.supersedes(&current),
+            None => true,
+        };
+        if newer {
+            self.data.insert(key, record.encode().as_ref())?;
+        }
+        Ok(newer)
     }
 
     /// [`Engine::apply`] for many records, with one fsync at the end under

@@ -4,9 +4,10 @@
 //!
 //! The pieces, one job each: [`config`] (`[kv]`), [`record`] (a stamped
 //! value or tombstone and its byte format, used both on disk and between
-//! nodes), [`engine`] (the local fjall store, last-write-wins), [`ring`]
-//! (rendezvous hashing), [`auth`] (HMAC on internal requests), [`client`]
-//! (pooled HTTP to peers), [`store`] (the coordinator: fan-out, quorum,
+//! nodes), [`engine`] (the local fjall store, last-write-wins), [`commit`]
+//! (group commit of `sync = "always"`), [`ring`] (rendezvous hashing),
+//! [`auth`] (HMAC on internal requests), [`client`] (pooled HTTP to peers,
+//! batched per destination), [`batch`] (the replica batch format), [`store`] (the coordinator: fan-out, quorum,
 //! read repair), [`hints`] (hinted handoff), [`merkle`] (hash trees over
 //! key ranges), [`entry_stream`] (the format ranges are streamed in),
 //! [`anti_entropy`] (tree exchanges with peers), [`metrics`] (counters),
@@ -17,7 +18,9 @@
 pub mod anti_entropy;
 pub mod api;
 pub mod auth;
+pub mod batch;
 pub mod client;
+pub mod commit;
 pub mod config;
 pub mod engine;
 pub mod entry_stream;

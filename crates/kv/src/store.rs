@@ -34,6 +34,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tidegate_hub::Hub;
 
 use crate::anti_entropy::AntiEntropy;
+use crate::batch::{BatchOp, BatchReply};
 use crate::client::ReplicaClient;
 use crate::config::KvConfig;
 use crate::engine::{now_ns, Engine};
@@ -82,7 +83,8 @@ impl KvStore {
             .as_ref()
             .filter(|s| !s.is_empty())
             .map(|s| Bytes::copy_from_slice(s.as_bytes()));
-        let client = ReplicaClient::new(secret.clone().unwrap_or_default());
+        let client = ReplicaClient::new(secret.clone().unwrap_or_default())
+            .with_batching(config.replica_batching);
         let replica_timeout = Duration::from_millis(config.replica_timeout_ms);
         let nodes = (0..ring.len()).map(|i| ring.url(i).to_owned()).collect();
         let metrics = KvMetrics::default();
@@ -164,16 +166,61 @@ impl KvStore {
         }
     }
 
-    /// Reads this node's own version of `key` (internal requests).
+    /// Reads this node's own version of `key` (internal requests), on the
+    /// calling worker: a memtable or block-cache hit, or a read of a file
+    /// the page cache holds, costs less than a hand-off to another thread
+    /// (docs/kv.md, "Storage calls").
     pub async fn local_get(&self, key: Bytes) -> Result<Option<Record>, KvError> {
-        let engine = self.inner.engine.clone();
-        blocking(move || engine.get(&key)).await
+        self.inner.engine.get(&key)
     }
 
-    /// Applies a stamped record locally (internal requests).
+    /// Applies a stamped record locally (internal requests): the journal
+    /// write on the calling worker, the fsync of `sync = "always"` shared
+    /// with concurrent writes (group commit) and awaited, not blocked on.
     pub async fn local_apply(&self, key: Bytes, record: Record) -> Result<bool, KvError> {
-        let engine = self.inner.engine.clone();
-        blocking(move || engine.apply(&key, &record)).await
+        self.inner.engine.apply_committed(&key, &record).await
+    }
+
+    /// A coordinator's batch ([`crate::batch`]) on this node's own data:
+    /// reads and last-write-wins writes in order, then one commit for all
+    /// the writes (one fsync under `sync = "always"`).
+    pub async fn local_batch(&self, ops: Vec<BatchOp>) -> Vec<BatchReply> {
+        let engine = &self.inner.engine;
+        let mut wrote = false;
+        let mut replies: Vec<BatchReply> = ops
+            .into_iter()
+            .map(|op| {
+                let r = match op {
+                    BatchOp::Get(key) => engine.get(&key).map(|r| match r {
+                        Some(r) => BatchReply::Found(r),
+                        None => BatchReply::Absent,
+                    }),
+                    BatchOp::Put(key, record) => engine.apply_unsynced(&key, &record).map(|n| {
+                        wrote |= n;
+                        if n {
+                            BatchReply::Applied
+                        } else {
+                            BatchReply::NotNewer
+                        }
+                    }),
+                };
+                r.unwrap_or_else(|e| {
+                    tracing::error!(error = %e, "kv: batch operation failed");
+                    BatchReply::Failed
+                })
+            })
+            .collect();
+        if wrote {
+            if let Err(e) = engine.commit().await {
+                tracing::error!(error = %e, "kv: batch commit failed");
+                for r in &mut replies {
+                    if *r == BatchReply::Applied {
+                        *r = BatchReply::Failed;
+                    }
+                }
+            }
+        }
+        replies
     }
 
     /// A client GET: the newest version among the first `ack` replicas of
@@ -380,15 +427,4 @@ fn newest_of<'a>(records: impl Iterator<Item = &'a Record>) -> Option<&'a Record
         Some(b) if !r.supersedes(b) => Some(b),
         _ => Some(r),
     })
-}
-
-/// Runs a blocking storage call on tokio's blocking pool, so disk waits
-/// (an fsync under `sync = "always"`, a cold read) never stall the async
-/// workers that serve other connections.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, KvError> + Send + 'static,
-) -> Result<T, KvError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| KvError::Task(e.to_string()))?
 }

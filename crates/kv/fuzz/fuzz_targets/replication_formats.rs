@@ -1,7 +1,8 @@
 //! Fuzzes every decoder of node-to-node KV traffic: the record format
 //! (internal entity requests, hints, the disk), the anti-entropy entry
 //! stream fed in arbitrary pieces (the first byte picks the piece size),
-//! the hash-tree wire form and the leaf list. Nothing may panic, buffers
+//! the hash-tree wire form, the leaf list and the replica batch (operations
+//! and replies). Nothing may panic, buffers
 //! stay within one frame, and whatever decodes encodes back to a record
 //! that decodes the same.
 
@@ -9,6 +10,7 @@
 
 use bytes::{Bytes, BytesMut};
 use libfuzzer_sys::fuzz_target;
+use tidegate_kv::batch;
 use tidegate_kv::entry_stream::{encode_entry, EntryDecoder, FRAME_HEADER_BYTES};
 use tidegate_kv::merkle::{decode_leaves, encode_leaves, MerkleTree};
 use tidegate_kv::Record;
@@ -21,6 +23,15 @@ fuzz_target!(|data: &[u8]| {
     };
     if let Ok(r) = Record::decode(Bytes::copy_from_slice(rest)) {
         assert_eq!(Record::decode(r.encode()).unwrap(), r);
+    }
+    if let Ok(ops) = batch::decode_ops(Bytes::copy_from_slice(rest)) {
+        assert_eq!(batch::decode_ops(batch::encode_ops(&ops)).unwrap(), ops);
+    }
+    if let Ok(replies) = batch::decode_replies(Bytes::copy_from_slice(rest)) {
+        assert_eq!(
+            batch::decode_replies(batch::encode_replies(&replies)).unwrap(),
+            replies
+        );
     }
     if let Ok(leaves) = decode_leaves(rest) {
         assert_eq!(&encode_leaves(&leaves)[..], rest);

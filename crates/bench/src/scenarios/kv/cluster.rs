@@ -29,6 +29,8 @@ pub struct ClusterSpec {
     pub sync: String,
     /// Parent of the temporary data directory (`None`: the system's).
     pub data_parent: Option<PathBuf>,
+    /// More `[kv]` lines (`replica_batching = false`, …).
+    pub kv_extra: Vec<String>,
 }
 
 struct Node {
@@ -170,9 +172,10 @@ fn node_config(addr: SocketAddr, list: &str, data: &Path, spec: &ClusterSpec) ->
         "[http]\nlisten = \"{addr}\"\n[wire]\nenabled = false\n[sockperf]\nenabled = false\n\
          [forward]\nenabled = false\n[s2s]\nenabled = false\n\
          [kv]\ndata_dir = \"{}\"\nself = \"http://{addr}\"\nnodes = [{list}]\n\
-         cluster_secret = \"{SECRET}\"\nsync = \"{}\"\n",
+         cluster_secret = \"{SECRET}\"\nsync = \"{}\"\n{}\n",
         data.display(),
-        spec.sync
+        spec.sync,
+        spec.kv_extra.join("\n")
     )
 }
 

@@ -108,6 +108,10 @@ pub struct KvArgs {
     /// `[kv] sync` of the spawned nodes.
     #[arg(long, default_value = "interval_ms:1000")]
     pub sync: String,
+    /// One more `[kv]` line for the spawned nodes (repeatable), e.g.
+    /// `--kv-option "replica_batching = false"` for an A/B run.
+    #[arg(long = "kv-option")]
+    pub kv_options: Vec<String>,
     /// Where the spawned nodes' data directory goes (default: the system
     /// temp directory).
     #[arg(long)]
@@ -301,6 +305,7 @@ pub async fn run(args: &KvArgs) -> anyhow::Result<()> {
                 nodes: args.nodes,
                 sync: args.sync.clone(),
                 data_parent: args.data_dir.clone(),
+                kv_extra: args.kv_options.clone(),
             };
             Some(tokio::task::spawn_blocking(move || Cluster::start(&spec)).await??)
         }
@@ -443,6 +448,7 @@ pub async fn run(args: &KvArgs) -> anyhow::Result<()> {
             "find_rate_p90_ms": args.find_rate,
             "spread": args.spread,
             "sync": args.sync,
+            "kv_options": args.kv_options,
             "target": addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
         }),
     );
