@@ -360,6 +360,24 @@ mod tests {
     }
 
     #[test]
+    fn a_route_to_the_s2s_sink_needs_its_section_and_its_keys_are_checked() {
+        let route = "[[routes]]\ntopics = \"logs.>\"\nsink = \"s2s\"\n";
+        let e = parse_str(route).unwrap_err().to_string();
+        assert!(e.contains("s2s") && e.contains("not configured"), "{e}");
+        let c = parse_str(&format!(
+            "[sinks.s2s]\nurl = \"http://nifi:8080/nifi\"\nport = \"in\"\ntransport = \"http\"\n{route}"
+        ))
+        .unwrap();
+        let s2s = c.sinks.s2s.unwrap();
+        assert_eq!(s2s.url, vec!["http://nifi:8080/nifi"]);
+        assert_eq!(s2s.transport, tidegate_s2s::sink::Transport::Http);
+        let e = parse_str("[sinks.s2s]\nurl = \"http://a:1\"\nport = \"in\"\nbatch = 3\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("batch"), "{e}");
+    }
+
+    #[test]
     fn a_listener_can_be_disabled() {
         let c = parse_str("[wire]\nenabled = false\n").unwrap();
         assert!(!c.wire.listener.enabled);
