@@ -204,7 +204,12 @@ impl SocketIoApp {
             let ok = self.recover(pid, offset, &p.nsp, &grants, ctx).await;
             ctx.recovery.count(ok);
             replay_after = ok.then_some(offset);
-            if !ok && self.recovery.as_ref().is_some_and(|r| r.ticket.pid() == pid) {
+            if !ok
+                && self
+                    .recovery
+                    .as_ref()
+                    .is_some_and(|r| r.ticket.pid() == pid)
+            {
                 // A namespace of this very session that cannot be replayed
                 // starts afresh, and its answer carries no pid: the same
                 // pid would tell the client it was recovered.
