@@ -222,3 +222,29 @@ async fn an_unknown_port_is_retried_and_never_acknowledged() {
     assert!(sink.metrics().error_count("refused") > 0);
     assert_eq!(sink.metrics().delivered.get(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_first_url_falls_back_to_the_next() {
+    let receiver = Hub::default();
+    let got = receiver.subscribe("s2s.input").unwrap();
+    let srv = start(test_config(), receiver.clone()).await;
+    // A port nobody listens on (bound, then released).
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut config = sink_config(format!("http://{dead}/nifi"), Transport::Http);
+    config.url.push(srv.url());
+    let (hub, sink) = sender(config);
+    let group = AckGroup::new();
+    hub.publish_acked(Message::new("out.x", "via the second"), &group)
+        .await
+        .unwrap();
+    tokio::time::timeout(LIMIT, group.wait())
+        .await
+        .expect("acknowledged")
+        .expect("delivered");
+    assert_eq!(got.recv().await.unwrap().payload, &b"via the second"[..]);
+    let peer = &sink.peers().site().unwrap().peers[0];
+    assert_eq!(peer.port, srv.http.port(), "the live NiFi's peer list");
+}
