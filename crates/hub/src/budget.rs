@@ -252,6 +252,75 @@ impl BodyBytes {
     }
 }
 
+/// The budget bytes an upgraded HTTP connection (a websocket) has read and
+/// its handler has not yet dealt with.
+///
+/// The HTTP server takes each read's bytes from the budget *before*
+/// reading (so a spent budget stops websocket readers like every other
+/// reader) and adds them here. A handler that calls [`Self::release`] after
+/// each message it has handled gives them back then, so a message being
+/// assembled or handled counts in full. Until a handler first calls it, the
+/// bytes go back as soon as they are added (at most
+/// [`Self::UNCLAIMED_LIMIT`] are kept): a spent budget still stops the
+/// reader, but an upgrade whose handler does not know about the budget can
+/// never pin it.
+#[derive(Debug, Clone)]
+pub struct UpgradedBytes {
+    held: Arc<parking_lot::Mutex<BudgetPermit>>,
+    claimed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl UpgradedBytes {
+    /// Bytes kept for a handler that never calls [`Self::release`].
+    pub const UNCLAIMED_LIMIT: usize = 0;
+
+    /// Nothing held yet, on `budget`.
+    pub fn new(budget: &InflightBudget) -> Self {
+        UpgradedBytes {
+            held: Arc::new(parking_lot::Mutex::new(budget.empty())),
+            claimed: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        }
+    }
+
+    /// The server: bytes of one read.
+    pub fn add(&self, permit: BudgetPermit) {
+        let mut held = self.held.lock();
+        held.merge(permit);
+        if !self.claimed.load(std::sync::atomic::Ordering::Relaxed) {
+            held.shrink_to(Self::UNCLAIMED_LIMIT);
+        }
+    }
+
+    /// The handler: every message read so far is dealt with; the bytes go
+    /// back to the budget.
+    pub fn release(&self) {
+        self.claimed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.held.lock().shrink_to(0);
+    }
+
+    /// Bytes held now.
+    pub fn bytes(&self) -> usize {
+        self.held.lock().bytes()
+    }
+
+    /// A guard that calls [`Self::release`] when dropped: hold it while
+    /// one message is handled.
+    pub fn release_when_done(&self) -> ReleaseWhenDone<'_> {
+        ReleaseWhenDone(self)
+    }
+}
+
+/// Releases an [`UpgradedBytes`] when dropped.
+#[derive(Debug)]
+pub struct ReleaseWhenDone<'a>(&'a UpgradedBytes);
+
+impl Drop for ReleaseWhenDone<'_> {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,6 +335,22 @@ mod tests {
         drop(body);
         assert_eq!(b.in_use(), 50);
         drop(kept);
+        assert_eq!(b.in_use(), 0);
+    }
+
+    #[test]
+    fn upgraded_bytes_are_capped_until_a_handler_releases_them() {
+        let b = InflightBudget::new(1 << 20);
+        let up = UpgradedBytes::new(&b);
+        up.add(b.try_acquire(100 * 1024).unwrap());
+        assert_eq!(up.bytes(), UpgradedBytes::UNCLAIMED_LIMIT);
+        assert_eq!(b.in_use(), UpgradedBytes::UNCLAIMED_LIMIT);
+        up.release();
+        assert_eq!(b.in_use(), 0);
+        // Claimed: a message being assembled counts in full.
+        up.add(b.try_acquire(300 * 1024).unwrap());
+        assert_eq!((up.bytes(), b.in_use()), (300 * 1024, 300 * 1024));
+        drop(up);
         assert_eq!(b.in_use(), 0);
     }
 

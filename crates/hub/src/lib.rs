@@ -24,7 +24,7 @@ pub mod topic;
 mod trie;
 
 pub use ack::{AckGroup, AckToken, DeliveryError};
-pub use budget::{BodyBytes, BudgetPermit, InflightBudget};
+pub use budget::{BodyBytes, BudgetPermit, InflightBudget, UpgradedBytes};
 pub use config::{OverflowPolicy, RouteConfig};
 pub use encoded::{EncodedForm, EncodedForms};
 pub use hub::{Hub, PublishError};

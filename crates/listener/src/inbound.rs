@@ -161,6 +161,12 @@ impl Inbound {
         &self.activity
     }
 
+    /// The budget this connection's reads draw from (for a protocol that
+    /// meters reads the core does not make, such as an upgraded websocket).
+    pub fn budget(&self) -> &InflightBudget {
+        &self.budget
+    }
+
     /// Bytes of the budget this connection holds for its buffer.
     pub fn held_bytes(&self) -> usize {
         self.held.bytes()

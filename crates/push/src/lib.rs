@@ -51,8 +51,8 @@ pub fn router(hub: Hub, config: PushConfig) -> Router {
 
 /// The push routes on an existing context (tests inspect its sessions).
 pub fn router_with_context(ctx: Arc<PushContext>) -> Router {
-    let sio = |st, m, q, h, ws, b| transport::handle(Flavor::SocketIo, st, m, q, h, ws, b);
-    let eio = |st, m, q, h, ws, b| transport::handle(Flavor::EngineIo, st, m, q, h, ws, b);
+    let sio = |st, m, q, h, u, ws, b| transport::handle(Flavor::SocketIo, st, m, q, h, u, ws, b);
+    let eio = |st, m, q, h, u, ws, b| transport::handle(Flavor::EngineIo, st, m, q, h, u, ws, b);
     Router::new()
         .route("/socket.io/", any(sio))
         .route("/socket.io", any(sio))

@@ -61,8 +61,8 @@ pub enum Command {
     /// `--target`, a `tidegate serve` child is started on free ports and its
     /// CPU and RSS are sampled.
     Bench {
-        /// The scenario.
+        /// The scenario (boxed: some scenarios carry many arguments).
         #[command(subcommand)]
-        scenario: Scenario,
+        scenario: Box<Scenario>,
     },
 }

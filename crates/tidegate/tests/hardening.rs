@@ -438,3 +438,123 @@ async fn s2s_http_flowfiles_hold_budget_bytes_until_the_client_commits() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Writes one masked client text frame (RFC 6455 §5.2).
+fn ws_send_text(s: &mut TcpStream, payload: &[u8]) {
+    let mut frame = vec![0x81u8];
+    match payload.len() {
+        n if n < 126 => frame.push(0x80 | n as u8),
+        n if n <= 0xffff => {
+            frame.push(0x80 | 126);
+            frame.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            frame.push(0x80 | 127);
+            frame.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    let mask = [0x12u8, 0x34, 0x56, 0x78];
+    frame.extend_from_slice(&mask);
+    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    s.write_all(&frame).unwrap();
+}
+
+/// Reads one unmasked server frame's payload.
+fn ws_read(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut head = [0u8; 2];
+    s.read_exact(&mut head)?;
+    let len = match head[1] & 0x7f {
+        126 => {
+            let mut l = [0u8; 2];
+            s.read_exact(&mut l)?;
+            u16::from_be_bytes(l) as usize
+        }
+        127 => {
+            let mut l = [0u8; 8];
+            s.read_exact(&mut l)?;
+            u64::from_be_bytes(l) as usize
+        }
+        n => n as usize,
+    };
+    let mut payload = vec![0u8; len];
+    s.read_exact(&mut payload)?;
+    Ok(payload)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_reads_stop_while_the_budget_is_spent_and_resume_when_it_is_given_back() {
+    use tidegate_s2s::client::HttpS2sClient;
+    use tidegate_s2s::codec::DataPacket;
+    const PORT_ID: &str = "3f2c6a52-0000-4000-8000-000000000002";
+    const BUDGET: usize = 4 << 20;
+    let http = free_addr();
+    let served = serve(&config_on_free_ports(
+        http,
+        &format!(
+            "[hub]\nmax_inflight_bytes = {BUDGET}\n[push]\nconformance = true\n\
+             [[s2s.input_ports]]\nname = \"input\"\nid = \"{PORT_ID}\"\ntopic = \"s2s.held\"\n"
+        ),
+    ));
+    wait_for_http(http, &served);
+    // An Engine.IO websocket in conformance mode echoes every message.
+    let mut ws = TcpStream::connect(http).unwrap();
+    ws.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    ws.write_all(
+        b"GET /engine.io/?EIO=4&transport=websocket HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\
+          Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+          Sec-WebSocket-Version: 13\r\n\r\n",
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        ws.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    let open = ws_read(&mut ws).unwrap();
+    assert_eq!(open.first(), Some(&b'0'), "open packet: {open:?}");
+    let message = |fill: u8| {
+        let mut m = vec![b'4'];
+        m.extend(std::iter::repeat_n(fill, 60_000));
+        m
+    };
+    ws_send_text(&mut ws, &message(b'a'));
+    assert_eq!(
+        ws_read(&mut ws).unwrap(),
+        message(b'a'),
+        "echo before the budget is spent"
+    );
+
+    // An uncommitted S2S transaction takes all but a little of the budget.
+    let mut client = HttpS2sClient::connect(http, PORT_ID, false, Duration::from_secs(10))
+        .await
+        .unwrap();
+    client.create().await.unwrap();
+    client.send(&DataPacket {
+        attributes: vec![],
+        content: bytes::Bytes::from(vec![7u8; BUDGET - 4096]),
+    });
+    client.confirm().await.unwrap();
+    // The websocket's next message cannot be read in full: no echo.
+    ws_send_text(&mut ws, &message(b'b'));
+    ws.set_read_timeout(Some(Duration::from_millis(1500)))
+        .unwrap();
+    let early = ws_read(&mut ws);
+    assert!(
+        early.is_err(),
+        "a 60 KB websocket message was read with 4 KiB of budget left"
+    );
+    // Giving the budget back lets the reader go on.
+    assert!(!client.complete().await.unwrap());
+    ws.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(
+        ws_read(&mut ws).unwrap(),
+        message(b'b'),
+        "echo once the budget is back"
+    );
+}

@@ -5,8 +5,8 @@
 pub mod conns;
 pub mod echo;
 pub mod forward;
-pub mod push;
 pub mod kv;
+pub mod push;
 pub mod s2s;
 
 /// The scenarios `tidegate bench` knows.

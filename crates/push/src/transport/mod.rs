@@ -13,6 +13,9 @@ use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
+
+use tidegate_hub::UpgradedBytes;
 
 use crate::app::{json::JsonSession, socketio::SocketIoApp, App};
 use crate::auth::Grants;
@@ -45,15 +48,19 @@ pub fn refuse(e: HandshakeError) -> Response {
 }
 
 /// Handles every request under an Engine.IO path.
+// An axum handler: one argument per extractor.
+#[allow(clippy::too_many_arguments)]
 pub async fn handle(
     flavor: Flavor,
     State(ctx): State<Arc<PushContext>>,
     method: Method,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
+    upgraded: Option<Extension<UpgradedBytes>>,
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
     body: Body,
 ) -> Response {
+    let upgraded = upgraded.map(|Extension(u)| u);
     let origin = match crate::origin::check(&ctx.config, &headers) {
         Ok(o) => o,
         Err(refusal) => return refusal.into_response(),
@@ -61,7 +68,7 @@ pub async fn handle(
     if method == Method::OPTIONS {
         return crate::origin::preflight(origin, &headers);
     }
-    let mut resp = route(flavor, ctx, method, query, ws, body).await;
+    let mut resp = route(flavor, ctx, method, query, (ws, upgraded), body).await;
     crate::origin::add_cors(&mut resp, origin);
     resp
 }
@@ -71,7 +78,10 @@ async fn route(
     ctx: Arc<PushContext>,
     method: Method,
     query: Option<String>,
-    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    (ws, upgraded): (
+        Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+        Option<UpgradedBytes>,
+    ),
     body: Body,
 ) -> Response {
     let raw = query.as_deref().unwrap_or("");
@@ -95,7 +105,7 @@ async fn route(
                 return refuse(HandshakeError::BadRequest);
             };
             match open(flavor, &ctx, Transport::WebSocket, token) {
-                Ok((s, open_text)) => websocket::serve_new(ws, s, open_text, ctx),
+                Ok((s, open_text)) => websocket::serve_new(ws, s, open_text, ctx, upgraded),
                 Err(e) => refuse(e),
             }
         }
@@ -106,7 +116,7 @@ async fn route(
             match transport {
                 Transport::Polling => polling::handle(s, method, body, &ctx).await,
                 Transport::WebSocket => match ws {
-                    Ok(ws) => websocket::serve_upgrade(ws, s, ctx),
+                    Ok(ws) => websocket::serve_upgrade(ws, s, ctx, upgraded),
                     Err(_) => refuse(HandshakeError::BadRequest),
                 },
             }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::response::Response;
 use futures::{SinkExt, StreamExt};
+use tidegate_hub::UpgradedBytes;
 use tracing::debug;
 
 use super::refuse;
@@ -42,10 +43,11 @@ pub fn serve_new(
     s: Arc<EngineSession>,
     open_text: String,
     ctx: Arc<PushContext>,
+    upgraded: Option<UpgradedBytes>,
 ) -> Response {
     limits(ws, &ctx).on_upgrade(move |mut socket| async move {
         if socket.send(Message::text(open_text)).await.is_ok() {
-            run(socket, &s, write_timeout(&ctx)).await;
+            run(socket, &s, write_timeout(&ctx), upgraded).await;
         }
         s.close();
     })
@@ -56,6 +58,7 @@ pub fn serve_upgrade(
     ws: WebSocketUpgrade,
     s: Arc<EngineSession>,
     ctx: Arc<PushContext>,
+    upgraded: Option<UpgradedBytes>,
 ) -> Response {
     if !s.attach_ws() {
         // One websocket per session; none once upgraded.
@@ -64,7 +67,7 @@ pub fn serve_upgrade(
     let timeout = Duration::from_millis(ctx.config.upgrade_timeout_ms);
     limits(ws, &ctx).on_upgrade(move |mut socket| async move {
         match tokio::time::timeout(timeout, probe(&mut socket, &s)).await {
-            Ok(true) => run(socket, &s, write_timeout(&ctx)).await,
+            Ok(true) => run(socket, &s, write_timeout(&ctx), upgraded).await,
             _ => {
                 debug!(sid = %s.sid, "websocket upgrade failed; session stays on polling");
                 s.abort_upgrade();
@@ -100,10 +103,19 @@ async fn probe(socket: &mut WebSocket, s: &EngineSession) -> bool {
 /// Moves packets both ways until either side ends (the writer ends, with a
 /// close frame, when the session closes). A write that cannot complete within `write_timeout` (the client reads
 /// nothing) ends it: the session task then sees the transport gone.
-async fn run(socket: WebSocket, s: &EngineSession, write_timeout: Duration) {
+///
+/// `upgraded` holds the in-flight budget bytes the server took for what this
+/// socket read; they go back once each message has been handled.
+async fn run(
+    socket: WebSocket,
+    s: &EngineSession,
+    write_timeout: Duration,
+    upgraded: Option<UpgradedBytes>,
+) {
     let (mut tx, mut rx) = socket.split();
     let reader = async {
         while let Some(Ok(msg)) = rx.next().await {
+            let _handled = upgraded.as_ref().map(UpgradedBytes::release_when_done);
             let p = match msg {
                 Message::Text(t) => match EioPacket::decode_text(&t) {
                     Ok(p) => p,

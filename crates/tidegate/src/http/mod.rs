@@ -7,6 +7,8 @@
 //! - [`health`]: what `/readyz` knows (listeners accepting, sinks ready).
 //! - [`first_head`]: a connection's first request head, read into a buffer
 //!   that grows with what arrives before hyper allocates its own.
+//! - `tracked`: the stream hyper serves on (the first head, the clock, and
+//!   the byte budget of an upgraded websocket).
 //! - [`server`]: hyper on a listener-core connection, with the header-read,
 //!   request and idle timeouts, the body limit and the byte budget.
 
@@ -15,6 +17,7 @@ pub mod first_head;
 pub mod health;
 pub mod routes;
 pub mod server;
+mod tracked;
 
 pub use config::HttpConfig;
 pub use health::Readiness;

@@ -31,11 +31,12 @@ use bytes::Bytes;
 use http_body::Frame;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tidegate_hub::{BodyBytes, BudgetPermit, InflightBudget};
+use tidegate_hub::{BodyBytes, BudgetPermit, InflightBudget, UpgradedBytes};
 use tidegate_listener::{Activity, Connection};
 use tower::Service;
 
 use super::first_head::{read_first_head, FirstHead};
+use super::tracked::TrackedStream;
 use super::HttpConfig;
 
 /// Largest buffer hyper keeps per connection for headers and body reads.
@@ -169,8 +170,11 @@ where
 /// within `read_timeout_ms`; a connection with nothing started and nothing
 /// in flight may stay quiet for `idle_timeout_ms`.
 #[derive(Default)]
-struct ConnClock {
+pub(super) struct ConnClock {
     in_flight: AtomicUsize,
+    /// Set when a request was answered with 101 Switching Protocols: the
+    /// stream's reads are then metered by [`TrackedStream`].
+    pub(super) upgraded: std::sync::atomic::AtomicBool,
     /// Milliseconds after `origin` at which the pending head's first byte
     /// arrived, plus one (0: no head pending).
     head_started: std::sync::atomic::AtomicU64,
@@ -186,7 +190,7 @@ impl ConnClock {
 
     /// Bytes arrived: the start of a head, unless a request is being read
     /// or answered (then they are its body, or a pipelined request).
-    fn bytes_read(&self, origin: Instant) {
+    pub(super) fn bytes_read(&self, origin: Instant) {
         if self.in_flight.load(Ordering::Relaxed) == 0
             && self
                 .head_started
@@ -278,74 +282,6 @@ async fn watchdog(
     }
 }
 
-/// The connection's stream, signalling when it is finally dropped: by hyper
-/// when the connection ends, or — after an upgrade — by the websocket
-/// handler that took it over.
-struct TrackedStream {
-    stream: tidegate_listener::ConnStream,
-    /// The first head, read before hyper started (see [`super::first_head`]),
-    /// handed to hyper before anything else is read from the socket.
-    prefix: Bytes,
-    clock: Arc<ConnClock>,
-    origin: Instant,
-    _dropped: tokio::sync::oneshot::Sender<()>,
-}
-
-impl tokio::io::AsyncRead for TrackedStream {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        if !self.prefix.is_empty() {
-            let n = buf.remaining().min(self.prefix.len());
-            let head = self.prefix.split_to(n);
-            buf.put_slice(&head);
-            if self.prefix.is_empty() {
-                self.prefix = Bytes::new(); // let the head's buffer go
-            }
-            self.clock.bytes_read(self.origin);
-            return Poll::Ready(Ok(()));
-        }
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.stream).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            self.clock.bytes_read(self.origin);
-        }
-        r
-    }
-}
-
-impl tokio::io::AsyncWrite for TrackedStream {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, data)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
-}
-
 /// Serves HTTP/1.1 on one connection until the client closes, it idles
 /// out, or shutdown (which lets the request in progress finish). An
 /// upgraded connection (WebSocket) keeps its place under `max_connections`
@@ -400,17 +336,29 @@ pub async fn serve_connection(conn: Connection, app: Router) {
         _ = shutdown.cancelled() => return,
     };
     let activity = inbound.activity().clone();
+    let budget = inbound.budget().clone();
     let clock = Arc::new(ConnClock::default());
     let origin = Instant::now();
+    let upgraded = UpgradedBytes::new(&budget);
     let svc = {
         let clock = clock.clone();
         let metrics = metrics.clone();
-        hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let upgraded = upgraded.clone();
+        hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
             let mut app = app.clone();
             let guard = InFlight::enter(&clock);
+            let clock = clock.clone();
             metrics.frames_in(1);
+            // A websocket handler releases the upgraded stream's bytes
+            // after each message (see `tracked`).
+            req.extensions_mut().insert(upgraded.clone());
             async move {
                 let r = app.call(req.map(Body::new)).await;
+                if let Ok(resp) = &r {
+                    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+                        clock.upgraded.store(true, Ordering::Relaxed);
+                    }
+                }
                 drop(guard);
                 r
             }
@@ -424,13 +372,15 @@ pub async fn serve_connection(conn: Connection, app: Router) {
     // hyper's own, which defaults to 30 s once a timer is set, is off.
     builder.header_read_timeout(None);
     let (dropped_tx, dropped) = tokio::sync::oneshot::channel::<()>();
-    let stream = TrackedStream {
+    let stream = TrackedStream::new(
         stream,
         prefix,
-        clock: clock.clone(),
+        clock.clone(),
         origin,
-        _dropped: dropped_tx,
-    };
+        budget,
+        upgraded,
+        dropped_tx,
+    );
     // Boxed, not pinned on the stack, so it can be dropped (closing the
     // socket) before waiting for an upgraded stream below.
     let mut serving = Box::pin(
