@@ -8,6 +8,7 @@
 //! Not for: history (a subscriber keeps what it wants) or alerting
 //! (`/metrics` is for scrapers).
 
+/// The report's JSON and how it is made from two samples.
 pub mod report;
 
 use std::sync::Arc;
