@@ -129,7 +129,7 @@ fn a_wiped_replica_converges_without_any_client_read() {
 
 #[test]
 fn a_tombstone_reaches_a_stale_replica_within_the_grace_period_and_stays_dead_after_the_purge() {
-    let grace = Duration::from_millis(4000);
+    let grace = Duration::from_millis(6000);
     let nodes = started(
         3,
         &format!(
