@@ -82,6 +82,18 @@ impl JsonSession {
         self.recovery.is_some()
     }
 
+    /// The offset of the newest message logged (recovery on).
+    pub fn last_offset(&self) -> Option<u64> {
+        self.recovery.as_ref().map(|(_, l)| l.last_offset())
+    }
+
+    /// The client has received every message up to `offset`.
+    pub fn confirm(&mut self, offset: u64) {
+        if let Some((_, l)) = &mut self.recovery {
+            l.confirm(offset);
+        }
+    }
+
     /// The transport is gone: messages are logged, no longer sent.
     pub fn detach(&mut self) {
         self.attached = false;

@@ -91,6 +91,18 @@ impl SocketIoApp {
         self.recovery.is_some() && !self.nsps.is_empty()
     }
 
+    /// The offset of the newest event logged (recovery on).
+    pub fn last_offset(&self) -> Option<u64> {
+        self.recovery.as_ref().map(|r| r.log.last_offset())
+    }
+
+    /// The client has received every event up to `offset`.
+    pub fn confirm(&mut self, offset: u64) {
+        if let Some(r) = &mut self.recovery {
+            r.log.confirm(offset);
+        }
+    }
+
     /// The transport is gone: events are logged, no longer sent.
     pub fn detach(&mut self) {
         self.nsps.values_mut().for_each(|n| n.connected = false);

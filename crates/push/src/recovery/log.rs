@@ -55,6 +55,16 @@ impl<T: Clone + PartialEq> ReplayLog<T> {
         self.last
     }
 
+    /// The client has received every event up to `offset`: they need not
+    /// be kept (a client never asks to replay from before what it got).
+    pub fn confirm(&mut self, offset: u64) {
+        let offset = offset.min(self.last);
+        while self.entries.front().is_some_and(|e| e.offset <= offset) {
+            self.entries.pop_front();
+        }
+        self.forgotten = self.forgotten.max(offset);
+    }
+
     /// The offset of the newest event (0 before the first).
     pub fn last_offset(&self) -> u64 {
         self.last
@@ -106,6 +116,23 @@ mod tests {
         let after: Vec<u64> = log.after(2, &()).map(|e| e.offset).collect();
         assert_eq!(after, [3, 4, 5, 6]);
         assert_eq!(log.after(6, &()).count(), 0);
+    }
+
+    #[test]
+    fn confirmed_events_are_let_go() {
+        let mut log = ReplayLog::new(8);
+        for i in 1..=5 {
+            log.push((), m(i));
+        }
+        log.confirm(3);
+        assert!(!log.holds_after(2) && log.holds_after(3));
+        let after: Vec<u64> = log.after(3, &()).map(|e| e.offset).collect();
+        assert_eq!(after, [4, 5]);
+        log.confirm(99);
+        assert!(log.holds_after(5) && log.after(5, &()).next().is_none());
+        assert_eq!(log.push((), m(6)), 6);
+        let after: Vec<u64> = log.after(5, &()).map(|e| e.offset).collect();
+        assert_eq!(after, [6]);
     }
 
     #[test]

@@ -100,6 +100,9 @@ async fn serve(socket: WebSocket, ctx: Arc<PushContext>, grants: Grants) {
     let timeout = Duration::from_millis(ctx.config.ping_timeout_ms);
     let mut next_ping = Instant::now() + interval;
     let mut pong_due: Option<Instant> = None;
+    // The newest offset written before the outstanding ping: its pong
+    // shows the client got everything up to it (recovery on).
+    let mut ping_offset = None;
     let end = loop {
         // One flush for everything the last wake-up produced. A client
         // that does not read stalls the write; one that lets a frame wait
@@ -130,6 +133,9 @@ async fn serve(socket: WebSocket, ctx: Arc<PushContext>, grants: Grants) {
                     // Any pong answers the outstanding ping (browsers send
                     // none unprompted; a stale one still proves liveness).
                     Some(Ok(Message::Pong(_))) => {
+                        if let Some(o) = ping_offset.take() {
+                            session.confirm(o);
+                        }
                         pong_due = None;
                         next_ping = Instant::now() + interval;
                     }
@@ -155,6 +161,7 @@ async fn serve(socket: WebSocket, ctx: Arc<PushContext>, grants: Grants) {
                     break End::Lost;
                 }
                 pong_due = Some(Instant::now() + timeout);
+                ping_offset = session.last_offset();
             }
             _ = sleep_until(pong_due.unwrap_or_else(Instant::now)), if pong_due.is_some() => {
                 debug!("/ws client sent no pong within ping_timeout_ms; closing");
