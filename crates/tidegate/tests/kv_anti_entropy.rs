@@ -73,6 +73,8 @@ fn a_wiped_replica_converges_without_any_client_read() {
             201
         );
     }
+    let (status, _) = nodes[0].req("PUT", &entity("ttl", "&ttl_ms=600000&ack=3"), b"t");
+    assert_eq!(status, 201);
     // Every replica took the writes (ack=2 answers before the third).
     eventually(
         "node 2 never held every key",
@@ -101,6 +103,20 @@ fn a_wiped_replica_converges_without_any_client_read() {
         mine, theirs,
         "same keys and values as a node that never left"
     );
+
+    // A TTL value comes back with its expiry.
+    let record = |n: &Node| {
+        let (status, body) = internal(n, SECRET, "GET", "ttl", b"");
+        assert_eq!(status, 200);
+        tidegate_kv::Record::decode(body.into()).unwrap()
+    };
+    eventually(
+        "the TTL value did not come back",
+        Duration::from_secs(10),
+        || internal(&nodes[2], SECRET, "GET", "ttl", b"").0 == 200,
+    );
+    assert_ne!(record(&nodes[2]).expires_at, 0);
+    assert_eq!(record(&nodes[2]), record(&nodes[0]));
 
     // `from` is respected: a from=2 key is back on exactly 2 nodes, a from=1
     // key is never copied (those that lived only on node 2 are gone).
