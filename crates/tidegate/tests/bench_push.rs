@@ -58,7 +58,10 @@ fn check_delivered(r: &Value) {
     assert!(r["subscribe_s"].as_f64().unwrap() > 0.0, "{r}");
     let l = &r["latency_us"];
     assert!(l["p999"].as_f64().unwrap() > 0.0, "{r}");
-    assert!(l["max"].as_f64().unwrap() >= l["p50"].as_f64().unwrap(), "{r}");
+    assert!(
+        l["max"].as_f64().unwrap() >= l["p50"].as_f64().unwrap(),
+        "{r}"
+    );
     assert!(r["errors"].as_object().unwrap().is_empty(), "{r}");
 }
 
@@ -98,7 +101,10 @@ fn bench_push_runs_the_same_load_against_the_npm_socketio_server() {
     check_delivered(a);
     assert!(a["server"]["rss_kb_max"].as_u64().unwrap() > 0, "{v}");
     assert!(
-        v["extra"]["ratio_vs_anchor"]["msgs_per_s"].as_f64().unwrap() > 0.0,
+        v["extra"]["ratio_vs_anchor"]["msgs_per_s"]
+            .as_f64()
+            .unwrap()
+            > 0.0,
         "{v}"
     );
 }
