@@ -11,10 +11,18 @@
 //! tombstone grace period (about to be purged) are left out on both sides,
 //! so a purge on one node and not yet on the other is not a difference.
 //!
+//! Both trees of an exchange cover the same records: those stamped before
+//! a horizon the pulling node picks (its clock minus a settle time, at
+//! most [`SETTLE_MAX`]) and sends along. Without it, two trees built a
+//! moment apart under a steady write load differ in nearly every range,
+//! and nearly everything would be streamed; writes younger than the
+//! horizon are still in flight (or in hints) anyway.
+//!
 //! One exchange, started by the node that pulls:
-//! 1. `GET /v0/internal/tree?peer=<me>&root=<hex>` — the peer answers 204
-//!    when its root equals ours (nothing differs: 8 bytes were compared),
-//!    or 200 with its tree's leaves ([`crate::merkle::TREE_BYTES`]).
+//! 1. `GET /v0/internal/tree?peer=<me>&root=<hex>&before=<ns>` — the peer
+//!    answers 204 when its root equals ours (nothing differs: 8 bytes were
+//!    compared), or 200 with its tree's leaves
+//!    ([`crate::merkle::TREE_BYTES`]).
 //! 2. `POST /v0/internal/entries?peer=<me>` with the differing leaves —
 //!    the peer streams its records in those ranges
 //!    ([`crate::entry_stream`]), read and applied in bounded batches.
@@ -25,8 +33,9 @@
 //! Pulls go both ways because every node runs its own passes. Memory is
 //! bounded: a tree is [`crate::merkle::LEAVES`] hashes per peer whatever
 //! the data size, a stream holds one partial frame and one apply batch.
-//! Cost: a tree build is one scan of the local data (shared by all peers,
-//! reused for at most [`TREE_MAX_AGE`]), and serving the entries of some
+//! Cost: a tree build is one scan of the local data (one for all peers at
+//! the start of a pass; one per peer request, reused for requests with the
+//! same horizon within [`TREE_MAX_AGE`]), and serving the entries of some
 //! ranges is one more scan (keys are stored in key order, ranges are hash
 //! slices).
 //! Requests are signed like every internal request ([`crate::auth`]).
@@ -76,6 +85,9 @@ const FIRST_PASS_DELAY: Duration = Duration::from_secs(5);
 /// whole interval). Long enough that peers asking at about the same time,
 /// and our own pass, share one scan.
 const TREE_MAX_AGE: Duration = Duration::from_secs(5);
+/// Longest settle time: records stamped less than this before a pass are
+/// left out of its trees (the interval, when shorter).
+pub const SETTLE_MAX: Duration = Duration::from_secs(5);
 
 /// This node's side of anti-entropy: its trees, what it serves to peers,
 /// and the passes it runs.
@@ -87,11 +99,16 @@ pub struct AntiEntropy {
     grace_ns: u64,
     replica_timeout: Duration,
     tree_max_age: Duration,
-    /// Our trees, one per node index (our own slot stays empty), and when
-    /// they were built. An async lock: one build at a time, the others wait
-    /// for it and share it.
-    trees: tokio::sync::Mutex<Option<(Instant, Arc<Vec<MerkleTree>>)>>,
+    settle: Duration,
+    /// The trees last built to answer a peer, one per node index (our own
+    /// slot stays empty), with their horizon and when they were built. An
+    /// async lock: one build at a time; requests with the same horizon
+    /// share it.
+    trees: tokio::sync::Mutex<Option<BuiltTrees>>,
 }
+
+/// Trees built for a horizon (ns), when, one per node index.
+type BuiltTrees = (u64, Instant, Arc<Vec<MerkleTree>>);
 
 impl AntiEntropy {
     /// Anti-entropy for this node. `interval` 0 means no passes of our
@@ -105,10 +122,10 @@ impl AntiEntropy {
         replica_timeout: Duration,
         interval: Duration,
     ) -> Self {
-        let tree_max_age = if interval.is_zero() {
-            TREE_MAX_AGE
+        let (tree_max_age, settle) = if interval.is_zero() {
+            (TREE_MAX_AGE, SETTLE_MAX)
         } else {
-            TREE_MAX_AGE.min(interval / 2)
+            (TREE_MAX_AGE.min(interval / 2), SETTLE_MAX.min(interval))
         };
         AntiEntropy {
             engine,
@@ -118,6 +135,7 @@ impl AntiEntropy {
             grace_ns: tombstone_grace.as_nanos().min(u64::MAX as u128) as u64,
             replica_timeout,
             tree_max_age,
+            settle,
             trees: tokio::sync::Mutex::new(None),
         }
     }
@@ -144,14 +162,24 @@ impl AntiEntropy {
         });
     }
 
-    /// One exchange with every peer, one after the other.
+    /// One exchange with every peer, one after the other, against trees
+    /// built once at the start of the pass.
     pub async fn pass(&self) {
+        let horizon = now_ns().saturating_sub(self.settle.as_nanos() as u64);
+        let trees = match self.build(horizon).await {
+            Ok(t) => t,
+            Err(e) => {
+                self.metrics.ae_failures.inc();
+                tracing::warn!(error = %e, "kv: anti-entropy could not build its trees");
+                return;
+            }
+        };
         for peer in 0..self.ring.len() {
             if peer == self.ring.self_index() {
                 continue;
             }
             let (started, repaired) = (Instant::now(), self.metrics.ae_keys_repaired.get());
-            let outcome = self.exchange(peer).await;
+            let outcome = self.exchange(peer, horizon, &trees[peer]).await;
             let repaired = self.metrics.ae_keys_repaired.get() - repaired;
             if repaired > 0 {
                 tracing::info!(
@@ -173,30 +201,37 @@ impl AntiEntropy {
         }
     }
 
-    /// Our trees, built again when older than the maximum age.
-    async fn trees(&self) -> Result<Arc<Vec<MerkleTree>>, KvError> {
-        let mut cache = self.trees.lock().await;
-        if let Some((built, trees)) = cache.as_ref() {
-            if built.elapsed() < self.tree_max_age {
-                return Ok(trees.clone());
-            }
-        }
+    /// Builds our trees of the records stamped before `horizon` (on the
+    /// blocking pool).
+    async fn build(&self, horizon: u64) -> Result<Arc<Vec<MerkleTree>>, KvError> {
         let (engine, ring, grace_ns) = (self.engine.clone(), self.ring.clone(), self.grace_ns);
-        let trees = tokio::task::spawn_blocking(move || build_trees(&engine, &ring, grace_ns))
-            .await
-            .map_err(|e| KvError::Task(e.to_string()))??;
-        let trees = Arc::new(trees);
-        *cache = Some((Instant::now(), trees.clone()));
-        Ok(trees)
+        let trees =
+            tokio::task::spawn_blocking(move || build_trees(&engine, &ring, grace_ns, horizon))
+                .await
+                .map_err(|e| KvError::Task(e.to_string()))??;
+        Ok(Arc::new(trees))
     }
 
-    /// Serves a tree request: `None` when our root for `peer` is `root`.
+    /// Serves a tree request for the records stamped before `horizon`:
+    /// `None` when our root for `peer` is `root`.
     pub async fn tree_for(
         &self,
         peer: usize,
         root: Option<u64>,
+        horizon: u64,
     ) -> Result<Option<MerkleTree>, KvError> {
-        let trees = self.trees().await?;
+        let mut cache = self.trees.lock().await;
+        let trees = match cache.as_ref() {
+            Some((h, built, trees)) if *h == horizon && built.elapsed() < self.tree_max_age => {
+                trees.clone()
+            }
+            _ => {
+                let trees = self.build(horizon).await?;
+                *cache = Some((horizon, Instant::now(), trees.clone()));
+                trees
+            }
+        };
+        drop(cache);
         let tree = &trees[peer];
         Ok((root != Some(tree.root())).then(|| tree.clone()))
     }
@@ -246,13 +281,13 @@ impl AntiEntropy {
 
     /// One exchange with `peer`: compare trees, pull the differing ranges,
     /// write ours back where the peer is stale.
-    async fn exchange(&self, peer: usize) -> Result<(), String> {
+    async fn exchange(&self, peer: usize, horizon: u64, mine: &MerkleTree) -> Result<(), String> {
         let url = self.ring.url(peer).to_owned();
         let me = percent_encode(self.ring.url(self.ring.self_index()).as_bytes());
-        let trees = self.trees().await.map_err(|e| e.to_string())?;
-        let mine = &trees[peer];
-
-        let path = format!("{TREE_PATH}?peer={me}&root={:016x}", mine.root());
+        let path = format!(
+            "{TREE_PATH}?peer={me}&root={:016x}&before={horizon}",
+            mine.root()
+        );
         let resp = self.request(&url, Method::GET, &path, Bytes::new()).await?;
         self.metrics.ae_ranges_compared.inc_by(LEAVES as u64);
         let theirs = match resp.status() {
@@ -393,14 +428,20 @@ impl AntiEntropy {
     }
 }
 
-/// Builds our tree for every peer in one scan (blocking).
-fn build_trees(engine: &Engine, ring: &Ring, grace_ns: u64) -> Result<Vec<MerkleTree>, KvError> {
+/// Builds our tree for every peer in one scan (blocking), over the
+/// records stamped before `horizon`.
+fn build_trees(
+    engine: &Engine,
+    ring: &Ring,
+    grace_ns: u64,
+    horizon: u64,
+) -> Result<Vec<MerkleTree>, KvError> {
     let me = ring.self_index();
     let mut trees = vec![MerkleTree::default(); ring.len()];
     let cutoff = now_ns().saturating_sub(grace_ns);
     for entry in engine.records() {
         let (key, record) = entry?;
-        if !visible(&record, cutoff) {
+        if record.timestamp >= horizon || !visible(&record, cutoff) {
             continue;
         }
         let owners = owners(ring, &key, &record);
@@ -496,7 +537,8 @@ mod tests {
             )
             .unwrap();
 
-        let trees = build_trees(&engine, &r, Duration::from_secs(60).as_nanos() as u64).unwrap();
+        let grace = Duration::from_secs(60).as_nanos() as u64;
+        let trees = build_trees(&engine, &r, grace, u64::MAX).unwrap();
         assert_eq!(trees[0], MerkleTree::default(), "no tree for ourselves");
         let mut expected = MerkleTree::default();
         expected.add(&everywhere, &engine.get(&everywhere).unwrap().unwrap());
@@ -507,6 +549,12 @@ mod tests {
         );
         assert_eq!(trees[1], expected);
         assert_eq!(trees[2], expected);
+        // Records stamped at or after the horizon are left out: only the
+        // legacy value (stamp 1) is older than 2.
+        let early = build_trees(&engine, &r, grace, 2).unwrap();
+        let mut legacy_only = MerkleTree::default();
+        legacy_only.add(&unknown_from, &engine.get(&unknown_from).unwrap().unwrap());
+        assert_eq!(early[1], legacy_only);
 
         // A from=2 key is shared with its other replica only.
         let two = key_owned_first_by(&r, 0);

@@ -278,8 +278,9 @@ fn unknown_peer() -> Response {
     bad("peer is not another node of [kv] nodes")
 }
 
-/// Anti-entropy, step 1: our hash tree of the data shared with the peer;
-/// 204 when its root equals the peer's (`root=<hex>`).
+/// Anti-entropy, step 1: our hash tree of the data shared with the peer,
+/// stamped before `before=<ns>`; 204 when its root equals the peer's
+/// (`root=<hex>`).
 async fn tree(
     State(store): State<KvStore>,
     method: Method,
@@ -294,7 +295,12 @@ async fn tree(
         return unknown_peer();
     };
     let root = p.get("root").and_then(|h| u64::from_str_radix(h, 16).ok());
-    match store.anti_entropy().tree_for(peer, root).await {
+    // The records stamped before `before` (ns); without it, all of them.
+    let horizon = p
+        .get("before")
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(u64::MAX);
+    match store.anti_entropy().tree_for(peer, root, horizon).await {
         Ok(None) => StatusCode::NO_CONTENT.into_response(),
         Ok(Some(tree)) => (StatusCode::OK, tree.encode()).into_response(),
         Err(e) => failed(e),
