@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::response::Response;
+use futures::stream::SplitStream;
 use futures::{SinkExt, StreamExt};
 use tidegate_hub::UpgradedBytes;
 use tracing::debug;
@@ -108,31 +109,16 @@ async fn probe(socket: &mut WebSocket, s: &EngineSession) -> bool {
 /// socket read; they go back once each message has been handled.
 async fn run(
     socket: WebSocket,
-    s: &EngineSession,
+    s: &Arc<EngineSession>,
     write_timeout: Duration,
     upgraded: Option<UpgradedBytes>,
 ) {
-    let (mut tx, mut rx) = socket.split();
-    let reader = async {
-        while let Some(Ok(msg)) = rx.next().await {
-            let _handled = upgraded.as_ref().map(UpgradedBytes::release_when_done);
-            let p = match msg {
-                Message::Text(t) => match EioPacket::decode_text(&t) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        debug!(sid = %s.sid, error = %e, "bad engine.io packet; closing");
-                        return;
-                    }
-                },
-                Message::Binary(b) => EioPacket::Binary(b),
-                Message::Close(_) => return,
-                Message::Ping(_) | Message::Pong(_) => continue,
-            };
-            if !s.receive(p).await {
-                return;
-            }
-        }
-    };
+    let (mut tx, rx) = socket.split();
+    // The reader is a task of its own, polled when the client sends
+    // something — not on every delivery wake-up of the writer, where each
+    // poll cost a read attempt (tungstenite zero-fills its read buffer on
+    // each) and the split halves' lock.
+    let mut reader = tokio::spawn(read_packets(rx, s.clone(), upgraded));
     let writer = async {
         let mut batch: Vec<Outgoing> = Vec::new();
         loop {
@@ -162,8 +148,36 @@ async fn run(
         }
     };
     tokio::select! {
-        _ = reader => {}
+        _ = &mut reader => {}
         _ = writer => {}
     }
+    reader.abort();
     s.close();
+}
+
+/// Client packets into the session until the client closes, sends a bad
+/// packet, or the session is gone.
+async fn read_packets(
+    mut rx: SplitStream<WebSocket>,
+    s: Arc<EngineSession>,
+    upgraded: Option<UpgradedBytes>,
+) {
+    while let Some(Ok(msg)) = rx.next().await {
+        let _handled = upgraded.as_ref().map(UpgradedBytes::release_when_done);
+        let p = match msg {
+            Message::Text(t) => match EioPacket::decode_text(&t) {
+                Ok(p) => p,
+                Err(e) => {
+                    debug!(sid = %s.sid, error = %e, "bad engine.io packet; closing");
+                    return;
+                }
+            },
+            Message::Binary(b) => EioPacket::Binary(b),
+            Message::Close(_) => return,
+            Message::Ping(_) | Message::Pong(_) => continue,
+        };
+        if !s.receive(p).await {
+            return;
+        }
+    }
 }
