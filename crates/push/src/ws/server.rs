@@ -15,7 +15,9 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use futures::{SinkExt, StreamExt};
+use tidegate_hub::UpgradedBytes;
 use tokio::time::{sleep_until, Instant};
 use tracing::debug;
 
@@ -37,8 +39,10 @@ pub async fn handle(
     State(ctx): State<Arc<PushContext>>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
+    upgraded: Option<Extension<UpgradedBytes>>,
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
+    let upgraded = upgraded.map(|Extension(u)| u);
     // The origin is checked before the handshake itself, so a refused
     // page learns why whatever else is wrong with its request.
     if let Err(refusal) = crate::origin::check(&ctx.config, &headers) {
@@ -55,7 +59,7 @@ pub async fn handle(
         .read_buffer_size(crate::transport::websocket::WS_READ_BUFFER)
         .on_upgrade(move |mut socket| async move {
             match grants {
-                Ok(g) => serve(socket, ctx, g).await,
+                Ok(g) => serve(socket, ctx, g, upgraded).await,
                 Err(e) => {
                     // Refused after the upgrade so the client can read why.
                     let _ = socket.send(close(CLOSE_POLICY, e.to_string())).await;
@@ -90,7 +94,14 @@ enum End {
     TakenOver,
 }
 
-async fn serve(socket: WebSocket, ctx: Arc<PushContext>, grants: Grants) {
+/// `upgraded` holds the in-flight budget bytes the server took for what
+/// this socket read; they go back once each message has been handled.
+async fn serve(
+    socket: WebSocket,
+    ctx: Arc<PushContext>,
+    grants: Grants,
+    upgraded: Option<UpgradedBytes>,
+) {
     let mut session = JsonSession::new(&ctx, grants);
     let _counted = ctx.stats.ws_session();
     let (mut tx, mut rx) = socket.split();
@@ -127,6 +138,7 @@ async fn serve(socket: WebSocket, ctx: Arc<PushContext>, grants: Grants) {
         let handle = session.recovery_handle();
         tokio::select! {
             m = rx.next() => {
+                let _handled = upgraded.as_ref().map(UpgradedBytes::release_when_done);
                 match m {
                     Some(Ok(Message::Text(t))) => session.on_text(&t, &ctx, &mut out).await,
                     Some(Ok(Message::Binary(b))) => session.on_binary(b, &ctx.hub, &mut out).await,
