@@ -145,28 +145,13 @@ impl ServerUnderTest {
     }
 
     fn terminate(&mut self) {
-        // SAFETY: kill(2) with a pid we spawned and still own (not yet
-        // reaped) and a valid signal number; no memory is touched.
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        terminate(&mut self.child, Duration::from_secs(10));
     }
 }
 
 impl Drop for ServerUnderTest {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            self.terminate();
-        }
+        self.terminate();
     }
 }
 
@@ -261,6 +246,29 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.path);
     }
+}
+
+/// Stops a child process the bench started: SIGTERM, then SIGKILL once
+/// `grace` has passed; nothing when it has already exited.
+pub fn terminate(child: &mut Child, grace: Duration) {
+    if let Ok(Some(_)) = child.try_wait() {
+        return;
+    }
+    // SAFETY: kill(2) on a child we spawned and have not reaped (try_wait
+    // above saw it running), with a valid signal number; no memory is
+    // touched.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 #[cfg(test)]

@@ -153,7 +153,7 @@ impl Cluster {
             total.samples = total.samples.max(s.samples);
         }
         for node in &mut self.nodes {
-            terminate(&mut node.child);
+            crate::server::terminate(&mut node.child, Duration::from_secs(10));
         }
         total
     }
@@ -177,27 +177,6 @@ fn node_config(addr: SocketAddr, list: &str, data: &Path, spec: &ClusterSpec) ->
         spec.sync,
         spec.kv_extra.join("\n")
     )
-}
-
-/// SIGTERM, then SIGKILL after 10 s.
-fn terminate(child: &mut Child) {
-    if let Ok(Some(_)) = child.try_wait() {
-        return;
-    }
-    // SAFETY: kill(2) on a child we spawned and have not reaped, with a
-    // valid signal number; no memory is touched.
-    unsafe {
-        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// Total size of the files under `dir`.

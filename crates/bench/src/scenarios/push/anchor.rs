@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 
@@ -96,27 +96,12 @@ impl SocketIoAnchor {
     }
 
     fn terminate(&mut self) {
-        // SAFETY: kill(2) on the pid of a child we spawned and have not
-        // reaped, with a valid signal number; no memory is touched.
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        crate::server::terminate(&mut self.child, Duration::from_secs(5));
     }
 }
 
 impl Drop for SocketIoAnchor {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            self.terminate();
-        }
+        self.terminate();
     }
 }
