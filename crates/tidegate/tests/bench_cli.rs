@@ -3,31 +3,12 @@
 //! the common JSON object with real figures (this checks behaviour, never
 //! speed).
 
-use std::process::Command;
+mod common;
 
 use serde_json::Value;
 
-const EXE: &str = env!("CARGO_BIN_EXE_tidegate");
-
 fn bench(args: &[&str]) -> Value {
-    let out = Command::new(EXE)
-        .arg("bench")
-        .args(args)
-        .arg("--json")
-        .output()
-        .expect("run tidegate bench");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "bench {args:?} failed: {stderr}\n{stdout}"
-    );
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|l| l.trim_start().starts_with('{'))
-        .unwrap_or_else(|| panic!("no JSON object on stdout: {stdout}\n{stderr}"));
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("bad JSON {line}: {e}"))
+    common::bench_json(args)
 }
 
 /// The keys every scenario's object carries, with figures from a real run.

@@ -9,37 +9,17 @@
 #[path = "kv_util.rs"]
 mod kv_util;
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use kv_util::*;
 use serde_json::Value;
 
-const EXE: &str = env!("CARGO_BIN_EXE_tidegate");
-
 fn bench_raw(args: &[&str]) -> Output {
-    Command::new(EXE)
-        .arg("bench")
-        .arg("kv")
-        .args(args)
-        .arg("--json")
-        .output()
-        .expect("run tidegate bench kv")
+    common::bench_output(&[&["kv"], args].concat())
 }
 
 fn bench(args: &[&str]) -> Value {
-    let out = bench_raw(args);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "bench kv {args:?} failed: {stderr}\n{stdout}"
-    );
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|l| l.trim_start().starts_with('{'))
-        .unwrap_or_else(|| panic!("no JSON object on stdout: {stdout}\n{stderr}"));
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("bad JSON {line}: {e}"))
+    common::bench_json(&[&["kv"], args].concat())
 }
 
 fn f(v: &Value, path: &[&str]) -> f64 {

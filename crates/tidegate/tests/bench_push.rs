@@ -5,31 +5,12 @@
 //! npm socket.io anchor (installed by `scripts/setup/push-bench.sh`), and
 //! in the idle-session memory mode. These check behaviour, never speed.
 
-use std::process::Command;
+mod common;
 
 use serde_json::Value;
 
-const EXE: &str = env!("CARGO_BIN_EXE_tidegate");
-
 fn bench_push(args: &[&str]) -> Value {
-    let out = Command::new(EXE)
-        .args(["bench", "push"])
-        .args(args)
-        .arg("--json")
-        .output()
-        .expect("run tidegate bench push");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "bench push {args:?} failed: {stderr}\n{stdout}"
-    );
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|l| l.trim_start().starts_with('{'))
-        .unwrap_or_else(|| panic!("no JSON object on stdout: {stdout}\n{stderr}"));
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("bad JSON {line}: {e}"))
+    common::bench_json(&[&["push"], args].concat())
 }
 
 /// 6 users x 5 of 12 topics, 2 passes: every user receives 10 messages.

@@ -8,7 +8,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 #[path = "common/mod.rs"]
-mod common;
+pub mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

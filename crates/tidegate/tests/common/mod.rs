@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use std::net::SocketAddr;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Output};
 
 /// The `tidegate` binary under test.
 pub const EXE: &str = env!("CARGO_BIN_EXE_tidegate");
@@ -54,4 +54,32 @@ pub fn serve(config_toml: &str) -> Served {
         .spawn()
         .expect("run tidegate serve");
     Served { child, dir }
+}
+
+/// Runs `tidegate bench <args> --json`.
+pub fn bench_output(args: &[&str]) -> Output {
+    Command::new(EXE)
+        .arg("bench")
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("run tidegate bench")
+}
+
+/// Runs `tidegate bench <args> --json`, which must succeed, and returns
+/// the last JSON object it printed.
+pub fn bench_json(args: &[&str]) -> serde_json::Value {
+    let out = bench_output(args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "bench {args:?} failed: {stderr}\n{stdout}"
+    );
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON object on stdout: {stdout}\n{stderr}"));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("bad JSON {line}: {e}"))
 }
