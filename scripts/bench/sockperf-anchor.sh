@@ -17,6 +17,8 @@ ROUNDS=${ROUNDS:-2}
 MSG=${MSG:-64}
 MODE=${MODE:-ping-pong}
 EXTRA=${EXTRA:-}
+# Extra lines for Tidegate's [sockperf] section, e.g. SOCKPERF_EXTRA='mode = "low_latency"'.
+SOCKPERF_EXTRA=${SOCKPERF_EXTRA:-}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 TIDEGATE=${TIDEGATE:-$ROOT/target/release/tidegate}
 
@@ -49,6 +51,7 @@ enabled = false
 enabled = false
 [sockperf]
 listen = "127.0.0.1:$TG_PORT"
+${SOCKPERF_EXTRA:-}
 TOML
 
 sockperf server --tcp -i 127.0.0.1 -p "$ANCHOR_PORT" >"$WORK/anchor.log" 2>&1 &
