@@ -7,6 +7,7 @@ use arc_swap::ArcSwap;
 use thiserror::Error;
 
 use crate::ack::{AckGroup, AckToken};
+use crate::backbone::Backbone;
 use crate::budget::InflightBudget;
 use crate::bus::TopicBus;
 use crate::metrics::HubMetrics;
@@ -38,6 +39,8 @@ pub(crate) struct HubInner {
     pub(crate) closing: tokio::sync::Notify,
     /// Zero of the publish stamps subscriber queues keep (delivery latency).
     epoch: std::time::Instant,
+    /// Cluster mode: where cluster-wide topics go instead of local fan-out.
+    backbone: std::sync::OnceLock<Arc<dyn Backbone>>,
 }
 
 impl HubInner {
@@ -85,6 +88,7 @@ impl Hub {
                 closed: AtomicBool::new(false),
                 closing: tokio::sync::Notify::new(),
                 epoch: std::time::Instant::now(),
+                backbone: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -160,6 +164,42 @@ impl Hub {
         full
     }
 
+    /// Installs the cluster backbone (once; a second call hands it back):
+    /// from now on topics it carries reach subscribers only through it
+    /// ([`crate::backbone`]).
+    #[allow(clippy::result_large_err)]
+    pub fn set_backbone(&self, backbone: Arc<dyn Backbone>) -> Result<(), Arc<dyn Backbone>> {
+        self.inner.backbone.set(backbone)
+    }
+
+    /// Fans a message read back from the cluster backbone out to this
+    /// node's subscribers. Not a publish: never routed to sinks (the node
+    /// that published it did that) and not counted as published. Refuses
+    /// what a publish would refuse.
+    pub fn deliver_from_backbone(&self, msg: Message) -> Result<(), PublishError> {
+        if is_system_topic(&msg.topic) {
+            return Err(TopicError::Reserved(msg.topic).into());
+        }
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(PublishError::ShuttingDown);
+        }
+        validate_topic(&msg.topic)?;
+        self.fan_out(&Arc::new(msg));
+        Ok(())
+    }
+
+    /// Local fan-out, or the backbone's when it carries the topic.
+    async fn fan_out_or_forward(&self, msg: &SharedMessage) {
+        match self.inner.backbone.get() {
+            Some(b) if b.carries(&msg.topic) => {
+                if let Err(msg) = b.try_send(msg.clone()) {
+                    b.send(msg).await;
+                }
+            }
+            _ => self.fan_out(msg),
+        }
+    }
+
     /// Stops accepting publishes; later `publish` calls fail, and each
     /// subscriber gets `RecvError::Closed` once its queue is drained.
     pub fn close(&self) {
@@ -190,7 +230,7 @@ impl Hub {
         let m = &self.inner.metrics;
         m.published.inc();
         let msg: SharedMessage = Arc::new(msg);
-        self.fan_out(&msg);
+        self.fan_out_or_forward(&msg).await;
 
         let routes = self.inner.routes.load();
         if routes.is_empty() {

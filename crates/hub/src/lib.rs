@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod ack;
+pub mod backbone;
 pub mod budget;
 mod bus;
 pub mod config;
@@ -24,6 +25,7 @@ pub mod topic;
 mod trie;
 
 pub use ack::{AckGroup, AckToken, DeliveryError};
+pub use backbone::Backbone;
 pub use budget::{BodyBytes, BudgetPermit, InflightBudget, UpgradedBytes};
 pub use config::{OverflowPolicy, RouteConfig};
 pub use encoded::{EncodedForm, EncodedForms};

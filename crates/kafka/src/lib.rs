@@ -1,7 +1,11 @@
-//! Tidegate's Kafka sink: routed hub messages produced to Apache Kafka with
-//! `rdkafka` (idempotent, `acks=all`), acknowledged back to the source only
-//! when the broker has them — across fatal producer errors too.
+//! Tidegate and Apache Kafka: the sink (routed hub messages produced with
+//! `rdkafka`, idempotent, `acks=all`, acknowledged back to the source only
+//! when the broker has them — across fatal producer errors too), the source
+//! (a consumer group's records published into the hub, at least once), and
+//! cluster mode (nodes sharing hub topics through one backbone topic).
 //!
+//! - [`backbone`]: cluster mode, `[cluster] backbone = "kafka"`: nodes
+//!   sharing hub topics through one Kafka topic.
 //! - [`config`]: the `[sinks.kafka]` section and its librdkafka translation.
 //! - [`topic`], [`template`]: hub topic → Kafka topic (default topic,
 //!   `topic_template`, allow-list).
@@ -15,10 +19,13 @@
 //! - [`health`]: broker connection, for readiness.
 //! - [`probe`]: [`validate`] and [`probe`] a section before serving with it.
 //! - [`metrics`]: the sink's counters.
+//! - [`source`]: the Kafka source, `[sources.kafka]`: a consumer group's
+//!   records published into the hub, committed behind its acknowledgements.
 //! - `testing` (feature `test-broker`): a real single-node broker for tests.
 
 #![warn(missing_docs)]
 
+pub mod backbone;
 pub mod config;
 pub mod delivery;
 pub mod health;
@@ -30,6 +37,7 @@ pub mod record;
 pub mod recovery;
 pub mod room;
 pub mod sink;
+pub mod source;
 pub mod template;
 #[cfg(feature = "test-broker")]
 pub mod testing;
@@ -39,5 +47,6 @@ pub use config::{Compression, ConfigError, KafkaConfig, PropertyValue};
 pub use metrics::KafkaMetrics;
 pub use probe::{probe, validate, ProbeBroker, ProbeReport, ProbeTopic};
 pub use sink::{KafkaSink, KafkaSinkError};
+pub use source::{KafkaSource, KafkaSourceConfig, KafkaSourceError};
 pub use template::{TemplateError, TopicTemplate};
 pub use topic::TopicMapper;

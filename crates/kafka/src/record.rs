@@ -28,11 +28,25 @@ pub struct InFlight {
 /// A Kafka record carrying an [`InFlight`] as its delivery opaque.
 pub type Record<'a> = BaseRecord<'a, [u8], [u8], Box<InFlight>>;
 
-/// How messages become records, as `[sinks.kafka]` says.
+/// How messages become records, as `[sinks.kafka]` says — or as the
+/// cluster backbone needs them ([`RecordShape::backbone`]).
 #[derive(Debug, Clone)]
 pub struct RecordShape {
     topics: TopicMapper,
     key_field: Option<KeyField>,
+    backbone: Option<BackboneShape>,
+}
+
+/// The backbone's record shape: one Kafka topic, the hub topic as the
+/// record key (so one hub topic stays on one partition, in order), the
+/// publishing node and the message's own key as headers
+/// ([`crate::backbone::codec`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackboneShape {
+    /// The backbone Kafka topic.
+    pub topic: String,
+    /// This node's name.
+    pub node: String,
 }
 
 impl RecordShape {
@@ -41,6 +55,19 @@ impl RecordShape {
         RecordShape {
             topics: TopicMapper::new(config),
             key_field: config.message_key_field.as_deref().map(KeyField::new),
+            backbone: None,
+        }
+    }
+
+    /// The cluster backbone's shape (`config` gives the topic).
+    pub fn backbone(config: &KafkaConfig, node: &str) -> Self {
+        RecordShape {
+            topics: TopicMapper::new(config),
+            key_field: None,
+            backbone: Some(BackboneShape {
+                topic: config.topic.clone(),
+                node: node.to_owned(),
+            }),
         }
     }
 
@@ -51,6 +78,13 @@ impl RecordShape {
 
     /// Where `msg` goes: its Kafka topic and key, borrowed where possible.
     pub fn address<'a>(&'a self, msg: &'a Message) -> Address<'a> {
+        if let Some(b) = &self.backbone {
+            return Address {
+                topic: Cow::Borrowed(&b.topic),
+                key: Some(Cow::Borrowed(msg.topic.as_bytes())),
+                backbone: Some(b),
+            };
+        }
         let from_payload = self
             .key_field
             .as_ref()
@@ -58,6 +92,7 @@ impl RecordShape {
         Address {
             topic: self.topics.map(&msg.topic),
             key: from_payload.or_else(|| msg.key.as_deref().map(Cow::Borrowed)),
+            backbone: None,
         }
     }
 }
@@ -69,6 +104,8 @@ pub struct Address<'a> {
     pub topic: Cow<'a, str>,
     /// The record key, if any.
     pub key: Option<Cow<'a, [u8]>>,
+    /// Set for a backbone record: the node and message key go in headers.
+    pub backbone: Option<&'a BackboneShape>,
 }
 
 impl<'a> Address<'a> {
@@ -83,7 +120,26 @@ impl<'a> Address<'a> {
             record =
                 record.timestamp(i64::try_from(msg.timestamp_ns / 1_000_000).unwrap_or(i64::MAX));
         }
-        if !msg.attributes.is_empty() {
+        if let Some(b) = self.backbone {
+            let mut headers = OwnedHeaders::new_with_capacity(2 + msg.attributes.len());
+            headers = headers.insert(Header {
+                key: crate::backbone::codec::HEADER_NODE,
+                value: Some(b.node.as_bytes()),
+            });
+            if let Some(key) = &msg.key {
+                headers = headers.insert(Header {
+                    key: crate::backbone::codec::HEADER_KEY,
+                    value: Some(&key[..]),
+                });
+            }
+            for (name, value) in &msg.attributes {
+                headers = headers.insert(Header {
+                    key: name,
+                    value: Some(value.as_bytes()),
+                });
+            }
+            record = record.headers(headers);
+        } else if !msg.attributes.is_empty() {
             let mut headers = OwnedHeaders::new_with_capacity(msg.attributes.len());
             for (name, value) in &msg.attributes {
                 headers = headers.insert(Header {

@@ -95,6 +95,13 @@ impl KafkaSink {
     /// Creates the producer (it connects in the background; an unreachable
     /// broker makes sends wait, not this call fail) and the recovery thread.
     pub fn new(config: KafkaConfig) -> Result<Self, KafkaSinkError> {
+        let shape = RecordShape::new(&config);
+        Self::with_shape(config, shape)
+    }
+
+    /// [`KafkaSink::new`] with records shaped by `shape` instead of
+    /// `config`'s topic mapping (the cluster backbone's producer).
+    pub fn with_shape(config: KafkaConfig, shape: RecordShape) -> Result<Self, KafkaSinkError> {
         let client_config = config.client_config()?;
         let metrics = KafkaMetrics::default();
         let room = Arc::new(Room::new(
@@ -110,7 +117,7 @@ impl KafkaSink {
         let factory =
             ProducerFactory::new(client_config, acks.clone(), link.clone(), inbox.clone());
         let slot = Arc::new(ProducerSlot::new(factory.create(0)?));
-        let shape = Arc::new(RecordShape::new(&config));
+        let shape = Arc::new(shape);
         Recovery {
             slot: slot.clone(),
             factory,

@@ -16,7 +16,8 @@ use std::time::Duration;
 use thiserror::Error;
 use tidegate_forward::ForwardServer;
 use tidegate_hub::{Hub, InflightBudget, NullSink, RouteTable, Sink};
-use tidegate_kafka::KafkaSink;
+use tidegate_kafka::backbone::ClusterNode;
+use tidegate_kafka::{KafkaSink, KafkaSource};
 use tidegate_listener::{load_tls, Listener, ListenerError};
 use tidegate_s2s::sink::S2sSink;
 use tidegate_s2s::{S2sPorts, S2sServer};
@@ -58,6 +59,10 @@ pub struct Prepared {
     pub s2s: Option<S2sServer>,
     /// `[kv]`: the store, its engine open (served on `[http]`).
     pub kv: Option<tidegate_kv::KvStore>,
+    /// `[sources.kafka]`: the consumer, not yet subscribed.
+    pub kafka_source: Option<KafkaSource>,
+    /// `[cluster]`: the backbone, installed in the hub, and its reader.
+    pub cluster: Option<ClusterNode>,
 }
 
 /// Checks `config` and binds its listeners. Must run inside a tokio runtime.
@@ -73,6 +78,9 @@ pub fn prepare(config: Config, file: Option<&Path>) -> Result<Prepared, Prefligh
     }
     if let Some(s) = &config.sinks.s2s {
         s.validate().map_err(|e| fail(e.to_string()))?;
+    }
+    if let Some(k) = &config.sources.kafka {
+        tidegate_kafka::source::validate_source(k).map_err(&fail)?;
     }
     // Every TLS file, before any port opens.
     for (section, settings) in config.listeners() {
@@ -104,6 +112,20 @@ pub fn prepare(config: Config, file: Option<&Path>) -> Result<Prepared, Prefligh
     if let Some(s) = &s2s_sink {
         s.register_metrics(hub.metrics());
     }
+    let kafka_source = match &config.sources.kafka {
+        Some(k) => {
+            let source = KafkaSource::new(k.clone()).map_err(|e| fail(e.to_string()))?;
+            source.register_metrics(hub.metrics());
+            Some(source)
+        }
+        None => None,
+    };
+    let cluster = match &config.cluster {
+        Some(c) => {
+            Some(ClusterNode::new(c, &node_name(&config), &hub).map_err(|e| fail(e.to_string()))?)
+        }
+        None => None,
+    };
     let s2s_ports = S2sPorts::new(config.s2s.clone(), hub.clone())
         .map_err(|e| fail(format!("[[s2s.input_ports]] / [[s2s.output_ports]]: {e}")))?;
 
@@ -163,7 +185,24 @@ pub fn prepare(config: Config, file: Option<&Path>) -> Result<Prepared, Prefligh
         forward,
         s2s,
         kv,
+        kafka_source,
+        cluster,
     })
+}
+
+/// `[cluster] node`, or `<hostname>-<[http] port>` when it is empty.
+pub fn node_name(config: &Config) -> String {
+    match &config.cluster {
+        Some(c) if !c.node.is_empty() => c.node.clone(),
+        _ => {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .ok()
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "tidegate".to_owned());
+            format!("{host}-{}", config.http.listener.listen.port())
+        }
+    }
 }
 
 /// What `config --check` / `--probe` prints on success.
@@ -179,6 +218,22 @@ pub fn summary(p: &Prepared) -> String {
     }
     for r in &p.config.routes {
         out.push_str(&format!("  route {} -> {}\n", r.topics, r.sink));
+    }
+    if let Some(k) = &p.config.sources.kafka {
+        out.push_str(&format!(
+            "  [sources.kafka] group_id = {} topics = {:?} -> hub topics {}<kafka topic>\n",
+            k.group_id,
+            k.subscription(),
+            k.topic_prefix
+        ));
+    }
+    if let Some(c) = &p.config.cluster {
+        out.push_str(&format!(
+            "  [cluster] node = {} backbone topic = {} cluster-wide = {:?}\n",
+            node_name(&p.config),
+            c.topic,
+            c.topics
+        ));
     }
     out.push_str(&format!(
         "  [hub] max_inflight_bytes = {}\n",

@@ -73,6 +73,8 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
         forward,
         s2s,
         kv,
+        kafka_source,
+        cluster,
     } = p;
     let shutdown = CancellationToken::new();
     let grace = Duration::from_millis(config.hub.shutdown_grace_ms);
@@ -82,6 +84,21 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
     }
     let mut tasks: Listeners = JoinSet::new();
 
+    if let Some(node) = cluster {
+        let (reader, token, c) = (node.reader, shutdown.clone(), config.cluster.clone());
+        let hub = hub.clone();
+        start(&mut tasks, &readiness, "cluster", async move {
+            if let Some(c) = c {
+                tidegate_kafka::backbone::ensure_topic(&c).await;
+            }
+            reader.run(hub, token.cancelled_owned()).await;
+            Ok::<(), String>(())
+        });
+    }
+    if let Some(source) = kafka_source {
+        let fut = source.run(hub.clone(), shutdown.clone().cancelled_owned(), grace);
+        start(&mut tasks, &readiness, "kafka-source", fut);
+    }
     let raw_port = s2s.as_ref().map(|s| s.local_addr().port());
     if let Some(s) = s2s {
         start(

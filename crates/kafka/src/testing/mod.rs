@@ -9,8 +9,10 @@ mod broker;
 mod consume;
 mod hub;
 mod maven;
+mod produce;
 
 pub use broker::{TestBroker, TestBrokerError};
 pub use consume::{read_topic, record_count};
 pub use hub::hub_routing_to;
 pub use maven::{cache_dir, classpath, fluency_classpath, java_dir, kafka_classpath};
+pub use produce::{create_topic, group_progress, produce, producer, send, TestRecord};

@@ -16,7 +16,8 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use tidegate_forward::ForwardConfig;
 use tidegate_hub::RouteConfig;
-use tidegate_kafka::KafkaConfig;
+use tidegate_kafka::backbone::ClusterConfig;
+use tidegate_kafka::{KafkaConfig, KafkaSourceConfig};
 use tidegate_kv::KvConfig;
 use tidegate_listener::ListenerSettings;
 use tidegate_s2s::sink::S2sSinkConfig;
@@ -46,6 +47,11 @@ pub struct Config {
     pub s2s: S2sConfig,
     /// `[sinks.*]`
     pub sinks: SinksConfig,
+    /// `[sources.*]`: sources that are not listeners (Kafka).
+    pub sources: SourcesConfig,
+    /// `[cluster]`: nodes sharing topics through a backbone; off when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterConfig>,
     /// `[[routes]]`
     pub routes: Vec<RouteConfig>,
     /// `[kv]`: the replicated key-value store, on `[http]` under `/v0/`;
@@ -107,6 +113,16 @@ pub struct SinksConfig {
     /// `[sinks.s2s]`: a NiFi input port over Site-to-Site.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub s2s: Option<S2sSinkConfig>,
+}
+
+/// `[sources]`: sources that consume from another system rather than
+/// listen; each is off until configured.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SourcesConfig {
+    /// `[sources.kafka]`: a consumer group's records published into the hub.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kafka: Option<KafkaSourceConfig>,
 }
 
 /// A configuration that cannot be used.
@@ -230,6 +246,12 @@ fn check(c: &Config, path: &Path) -> Result<(), ConfigError> {
     }
     if c.hub.max_inflight_bytes == 0 {
         return Err(inconsistent("[hub] max_inflight_bytes must be > 0".into()));
+    }
+    if let Some(k) = &c.sources.kafka {
+        k.check().map_err(|e| inconsistent(e.to_string()))?;
+    }
+    if let Some(cl) = &c.cluster {
+        cl.check().map_err(|e| inconsistent(e.to_string()))?;
     }
     for r in &c.routes {
         tidegate_hub::Pattern::parse(&r.topics)
@@ -375,6 +397,30 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("batch"), "{e}");
+    }
+
+    #[test]
+    fn a_kafka_source_and_a_cluster_section_are_read_and_checked() {
+        let c = parse_str(
+            "[sources.kafka]\nbrokers = \"k:9092\"\ntopics = [\"orders\"]\n\
+             [cluster]\nbackbone = \"kafka\"\nbrokers = \"k:9092\"\nnode = \"a\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.sources.kafka.as_ref().unwrap().topics, vec!["orders"]);
+        assert_eq!(c.cluster.as_ref().unwrap().node, "a");
+        assert_eq!(parse_str(&render(&c)).unwrap(), c);
+        let e = parse_str("[sources.kafka]\nbrokers = \"k:9092\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[sources.kafka]") && e.contains("topic"), "{e}");
+        let e = parse_str("[cluster]\ntopics = [\"a.>.b\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[cluster]"), "{e}");
+        let e = parse_str("[cluster]\nbackbone = \"redis\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("backbone"), "{e}");
     }
 
     #[test]

@@ -1,0 +1,249 @@
+//! `[cluster]`: Tidegate nodes sharing topics through one Kafka topic.
+//!
+//! ```toml
+//! [cluster]
+//! backbone = "kafka"
+//! brokers = "k1:9092,k2:9092"
+//! topic = "tidegate-backbone"     # one Kafka topic, keyed by hub topic
+//! topics = [">"]                  # cluster-wide hub topics ($sys.> stays local)
+//! node = "web-1"                  # default: <hostname>-<http port>
+//! partitions = 12                 # when the topic is created
+//! replication_factor = -1         # when the topic is created; -1: the broker's default
+//! linger_ms = 1
+//! queue_max_messages = 100000
+//! [cluster.properties]            # librdkafka, for the producer and the reader
+//! "security.protocol" = "ssl"
+//! ```
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use tidegate_hub::Pattern;
+
+use crate::{KafkaConfig, PropertyValue};
+
+/// The distributed engine nodes share topics through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackboneKind {
+    /// Apache Kafka (the only one).
+    #[default]
+    Kafka,
+}
+
+/// `[cluster]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// `"kafka"`.
+    pub backbone: BackboneKind,
+    /// Bootstrap servers. Default [`ClusterConfig::DEFAULT_BROKERS`].
+    pub brokers: String,
+    /// The backbone Kafka topic. Default [`ClusterConfig::DEFAULT_TOPIC`].
+    pub topic: String,
+    /// Hub topic patterns that are cluster-wide. `$sys.` topics are always
+    /// local, whatever the patterns. Default `[">"]`.
+    pub topics: Vec<String>,
+    /// This node's name in the cluster (`tidegate cluster status`, the
+    /// `tidegate.node` header, the reader's consumer group
+    /// `tidegate-node-<node>`). Unique per node. Default: empty, meaning
+    /// `<hostname>-<[http] port>`.
+    pub node: String,
+    /// Partitions of the backbone topic when a node creates it. Default
+    /// [`ClusterConfig::DEFAULT_PARTITIONS`].
+    pub partitions: i32,
+    /// Replication factor when a node creates the topic; -1 takes the
+    /// broker's `default.replication.factor`. Default -1.
+    pub replication_factor: i32,
+    /// Producer `linger.ms`: cross-node latency is at least this. Default
+    /// [`ClusterConfig::DEFAULT_LINGER_MS`].
+    pub linger_ms: u32,
+    /// Messages handed to the producer and not yet acknowledged; at the
+    /// bound, publishes on cluster-wide topics wait. Default
+    /// [`ClusterConfig::DEFAULT_QUEUE_MAX_MESSAGES`].
+    pub queue_max_messages: usize,
+    /// What the reader may fetch ahead, KiB per partition
+    /// (`queued.max.messages.kbytes`). Default
+    /// [`ClusterConfig::DEFAULT_READ_AHEAD_KBYTES`].
+    pub read_ahead_kbytes: u32,
+    /// librdkafka properties for the producer and the reader. Default: none.
+    pub properties: BTreeMap<String, PropertyValue>,
+}
+
+impl ClusterConfig {
+    /// Default bootstrap servers.
+    pub const DEFAULT_BROKERS: &'static str = "127.0.0.1:9092";
+    /// Default backbone topic.
+    pub const DEFAULT_TOPIC: &'static str = "tidegate-backbone";
+    /// Default partition count of a created backbone topic: order is per
+    /// hub topic, so partitions only spread load between brokers.
+    pub const DEFAULT_PARTITIONS: i32 = 12;
+    /// Default `linger.ms`: 1 ms batches well at high rates and costs one
+    /// millisecond of cross-node latency.
+    pub const DEFAULT_LINGER_MS: u32 = 1;
+    /// Default bound on unacknowledged backbone records.
+    pub const DEFAULT_QUEUE_MAX_MESSAGES: usize = 100_000;
+    /// Default reader prefetch per partition, 16 MiB.
+    pub const DEFAULT_READ_AHEAD_KBYTES: u32 = 16_384;
+
+    /// A cluster on `brokers`, everything else default.
+    pub fn for_brokers(brokers: impl Into<String>) -> Self {
+        ClusterConfig {
+            brokers: brokers.into(),
+            ..ClusterConfig::default()
+        }
+    }
+
+    /// The cluster-wide patterns, parsed.
+    pub fn patterns(&self) -> Result<Vec<Pattern>, ClusterConfigError> {
+        self.topics
+            .iter()
+            .map(|t| {
+                Pattern::parse(t).map_err(|e| ClusterConfigError::BadPattern {
+                    pattern: t.clone(),
+                    reason: e.to_string(),
+                })
+            })
+            .collect()
+    }
+
+    /// Checks the keys the cluster interprets itself.
+    pub fn check(&self) -> Result<(), ClusterConfigError> {
+        if self.brokers.trim().is_empty() {
+            return Err(ClusterConfigError::NoBrokers);
+        }
+        crate::topic::check_kafka_topic(&self.topic).map_err(|reason| {
+            ClusterConfigError::BadTopic {
+                topic: self.topic.clone(),
+                reason,
+            }
+        })?;
+        if self.topics.is_empty() {
+            return Err(ClusterConfigError::NoPatterns);
+        }
+        self.patterns()?;
+        if self.partitions < 1 {
+            return Err(ClusterConfigError::Partitions(self.partitions));
+        }
+        if self.replication_factor == 0 || self.replication_factor < -1 {
+            return Err(ClusterConfigError::Replication(self.replication_factor));
+        }
+        if self
+            .node
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(ClusterConfigError::BadNode(self.node.clone()));
+        }
+        if self.queue_max_messages == 0 {
+            return Err(ClusterConfigError::ZeroQueue);
+        }
+        Ok(())
+    }
+
+    /// The producer side as a `[sinks.kafka]`-like section (the sink's
+    /// guarantees: idempotent, `acks=all`).
+    pub fn producer_config(&self) -> KafkaConfig {
+        KafkaConfig {
+            topic: self.topic.clone(),
+            linger_ms: self.linger_ms,
+            queue_max_messages: self.queue_max_messages,
+            properties: self.properties.clone(),
+            ..KafkaConfig::for_brokers(self.brokers.clone())
+        }
+    }
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            backbone: BackboneKind::Kafka,
+            brokers: Self::DEFAULT_BROKERS.to_owned(),
+            topic: Self::DEFAULT_TOPIC.to_owned(),
+            topics: vec![">".to_owned()],
+            node: String::new(),
+            partitions: Self::DEFAULT_PARTITIONS,
+            replication_factor: -1,
+            linger_ms: Self::DEFAULT_LINGER_MS,
+            queue_max_messages: Self::DEFAULT_QUEUE_MAX_MESSAGES,
+            read_ahead_kbytes: Self::DEFAULT_READ_AHEAD_KBYTES,
+            properties: BTreeMap::new(),
+        }
+    }
+}
+
+/// A `[cluster]` section that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ClusterConfigError {
+    /// `brokers` is empty.
+    #[error("[cluster] brokers is empty")]
+    NoBrokers,
+    /// `topic` is not a legal Kafka topic.
+    #[error("[cluster] topic {topic:?} is not a valid Kafka topic: {reason}")]
+    BadTopic {
+        /// The topic.
+        topic: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// `topics = []`.
+    #[error("[cluster] topics is empty: name the cluster-wide hub topics (\">\" for all)")]
+    NoPatterns,
+    /// A pattern of `topics` does not parse.
+    #[error("[cluster] topics: {pattern:?}: {reason}")]
+    BadPattern {
+        /// The pattern.
+        pattern: String,
+        /// Why.
+        reason: String,
+    },
+    /// `partitions < 1`.
+    #[error("[cluster] partitions = {0}: must be at least 1")]
+    Partitions(i32),
+    /// `replication_factor` neither -1 nor positive.
+    #[error("[cluster] replication_factor = {0}: must be -1 (the broker's default) or at least 1")]
+    Replication(i32),
+    /// `node` with whitespace or control characters.
+    #[error("[cluster] node {0:?} contains whitespace or control characters")]
+    BadNode(String),
+    /// `queue_max_messages = 0`.
+    #[error("[cluster] queue_max_messages must be at least 1")]
+    ZeroQueue,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_make_every_topic_cluster_wide() {
+        let c: ClusterConfig = toml::from_str("backbone = \"kafka\"").unwrap();
+        c.check().unwrap();
+        assert_eq!(c, ClusterConfig::default());
+        let p = c.patterns().unwrap();
+        assert!(p[0].matches("a.b") && !p[0].matches("$sys.stats"));
+        let k = c.producer_config();
+        assert_eq!(k.topic, ClusterConfig::DEFAULT_TOPIC);
+        assert_eq!(k.linger_ms, 1);
+        k.client_config().unwrap();
+    }
+
+    #[test]
+    fn unusable_sections_are_refused_naming_the_key() {
+        let err = |t: &str| {
+            toml::from_str::<ClusterConfig>(t)
+                .unwrap()
+                .check()
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err("topics = []").contains("topics is empty"));
+        assert!(err("topics = [\"a.>.b\"]").contains("a.>.b"));
+        assert!(err("topic = \"a b\"").contains("topic"));
+        assert!(err("partitions = 0").contains("partitions"));
+        assert!(err("replication_factor = 0").contains("replication_factor"));
+        assert!(err("node = \"a b\"").contains("node"));
+        assert!(toml::from_str::<ClusterConfig>("backbone = \"redis\"").is_err());
+    }
+}

@@ -1,0 +1,137 @@
+//! Cluster mode, `[cluster] backbone = "kafka"`: Tidegate nodes share
+//! hub topics through one Kafka topic.
+//!
+//! A publish on a cluster-wide topic, on any node and from any source, is
+//! produced to the backbone topic keyed by its hub topic (so one hub topic
+//! keeps one partition and one order); every node reads every partition
+//! and fans each record out to its own subscribers — the publishing node
+//! too, from the record, so it delivers its own messages once and in the
+//! same order as everyone else. Routes to sinks stay where the message was
+//! published. `$sys.` topics are always local.
+//!
+//! - [`config`]: the `[cluster]` section.
+//! - [`codec`]: backbone record ↔ hub message.
+//! - [`writer`]: [`KafkaBackbone`], the hub's [`tidegate_hub::Backbone`].
+//! - [`reader`]: [`BackboneReader`], the backbone back into the hub.
+//! - [`metrics`]: the `tidegate_cluster_*` counters.
+//!
+//! Not for: consuming application topics into the hub (that is
+//! [`crate::source`], with a shared consumer group).
+
+pub mod codec;
+pub mod config;
+pub mod metrics;
+pub mod reader;
+pub mod writer;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::ClientConfig;
+use thiserror::Error;
+use tidegate_hub::Hub;
+use tracing::{info, warn};
+
+pub use config::{BackboneKind, ClusterConfig, ClusterConfigError};
+pub use metrics::ClusterMetrics;
+pub use reader::BackboneReader;
+pub use writer::KafkaBackbone;
+
+use crate::record::RecordShape;
+use crate::{KafkaSink, KafkaSinkError};
+
+/// How long start-up waits for the broker to create the backbone topic.
+pub const CREATE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why cluster mode could not start.
+#[derive(Debug, Error)]
+pub enum ClusterError {
+    /// The `[cluster]` section is unusable.
+    #[error(transparent)]
+    Config(#[from] ClusterConfigError),
+    /// The backbone producer could not be created.
+    #[error("[cluster] {0}")]
+    Producer(#[from] KafkaSinkError),
+    /// The backbone reader could not be created.
+    #[error("[cluster] backbone reader: {0}")]
+    Reader(#[from] KafkaError),
+}
+
+/// A node's two halves of the backbone.
+#[derive(Debug)]
+pub struct ClusterNode {
+    /// What the hub writes cluster-wide topics to.
+    pub backbone: Arc<KafkaBackbone>,
+    /// What reads them back; run it with [`BackboneReader::run`].
+    pub reader: BackboneReader,
+    /// The reader's counters (the producer's are on `backbone.sink()`).
+    pub metrics: ClusterMetrics,
+}
+
+impl ClusterNode {
+    /// Creates both halves for node `node` and installs the backbone in
+    /// `hub`, registering `tidegate_cluster_*`. Nothing connects yet.
+    pub fn new(config: &ClusterConfig, node: &str, hub: &Hub) -> Result<Self, ClusterError> {
+        config.check()?;
+        let patterns = config.patterns()?;
+        let producer = config.producer_config();
+        let shape = RecordShape::backbone(&producer, node);
+        let sink = KafkaSink::with_shape(producer, shape)?;
+        let metrics = ClusterMetrics::default();
+        metrics.register(hub.metrics(), sink.metrics());
+        let backbone = Arc::new(KafkaBackbone::new(patterns, sink));
+        let reader = BackboneReader::new(config, node, metrics.clone())?;
+        if hub.set_backbone(backbone.clone()).is_err() {
+            warn!("cluster: the hub already had a backbone; keeping it");
+        }
+        Ok(ClusterNode {
+            backbone,
+            reader,
+            metrics,
+        })
+    }
+}
+
+/// Creates the backbone topic with `config`'s partitions and replication
+/// unless it exists; a broker that does not answer within
+/// [`CREATE_TIMEOUT`] is logged, not fatal (the reader waits for the topic,
+/// and a broker that auto-creates topics makes it on the first record).
+pub async fn ensure_topic(config: &ClusterConfig) {
+    let admin: Result<AdminClient<DefaultClientContext>, _> = {
+        let mut cc = ClientConfig::new();
+        for (k, v) in &config.properties {
+            cc.set(k, v.to_string());
+        }
+        cc.set("bootstrap.servers", &config.brokers).create()
+    };
+    let admin = match admin {
+        Ok(a) => a,
+        Err(e) => {
+            warn!(error = %e, "cluster: no admin client to create the backbone topic");
+            return;
+        }
+    };
+    let topic = NewTopic::new(
+        &config.topic,
+        config.partitions,
+        TopicReplication::Fixed(config.replication_factor),
+    );
+    let opts = AdminOptions::new().request_timeout(Some(CREATE_TIMEOUT));
+    match admin.create_topics([&topic], &opts).await {
+        Ok(results) => match results.into_iter().next() {
+            Some(Ok(_)) => info!(topic = %config.topic, partitions = config.partitions,
+                                 "cluster: created the backbone topic"),
+            Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) | None => {}
+            Some(Err((_, code))) => {
+                warn!(topic = %config.topic, error = %code, "cluster: creating the backbone topic failed")
+            }
+        },
+        Err(e) => {
+            warn!(topic = %config.topic, error = %e, "cluster: creating the backbone topic failed")
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! [`BackboneReader`]: every partition of the backbone topic, read by this
+//! node and fanned out to its local subscribers.
+//!
+//! Each node reads all partitions itself (manual assignment, no shared
+//! group), from the end as it was when the node started: a node serves
+//! live subscribers, and history is for recovery, not for a restart to
+//! replay. Its position is committed under its own group,
+//! `tidegate-node-<node>`, so `tidegate cluster status` can say how far
+//! behind each node is. Reading is bounded by librdkafka's prefetch bound
+//! (`read_ahead_kbytes`); fan-out never waits (subscriber queues have their
+//! own overflow policy).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Headers, Message as _};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use tidegate_hub::Hub;
+use tracing::{debug, info, warn};
+
+use super::codec::{decode, RecordParts};
+use super::config::ClusterConfig;
+use super::metrics::ClusterMetrics;
+
+/// How often the reader re-reads the partition ends for its lag gauge and
+/// forgets nodes it has not heard from.
+pub const LAG_INTERVAL: Duration = Duration::from_secs(2);
+
+/// A node is "seen" while its records arrived within this window.
+pub const NODE_SEEN_WINDOW: Duration = Duration::from_secs(60);
+
+/// How long to wait before asking for the backbone topic's partitions
+/// again when the broker does not answer.
+pub const METADATA_RETRY: Duration = Duration::from_secs(1);
+
+/// The consumer group a node commits its backbone position under.
+pub fn node_group(node: &str) -> String {
+    format!("tidegate-node-{node}")
+}
+
+/// Reads the backbone into the hub.
+pub struct BackboneReader {
+    consumer: Arc<StreamConsumer>,
+    topic: String,
+    node: String,
+    metrics: ClusterMetrics,
+}
+
+impl std::fmt::Debug for BackboneReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackboneReader")
+            .field("topic", &self.topic)
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BackboneReader {
+    /// A reader for `config` as node `node` (nothing is assigned until
+    /// [`BackboneReader::run`]).
+    pub fn new(
+        config: &ClusterConfig,
+        node: &str,
+        metrics: ClusterMetrics,
+    ) -> Result<Self, KafkaError> {
+        let mut cc = ClientConfig::new();
+        for (k, v) in &config.properties {
+            cc.set(k, v.to_string());
+        }
+        cc.set("bootstrap.servers", &config.brokers)
+            .set("group.id", node_group(node))
+            .set("enable.auto.commit", "true")
+            .set("enable.auto.offset.store", "true")
+            .set("enable.partition.eof", "false")
+            .set(
+                "queued.max.messages.kbytes",
+                config.read_ahead_kbytes.to_string(),
+            )
+            // Latency over batching: a record is fetched as soon as it is on
+            // the broker.
+            .set("fetch.wait.max.ms", "10");
+        let consumer: StreamConsumer = cc.create()?;
+        Ok(BackboneReader {
+            consumer: Arc::new(consumer),
+            topic: config.topic.clone(),
+            node: node.to_owned(),
+            metrics,
+        })
+    }
+
+    /// Assigns every partition from its current end (waiting for the broker
+    /// as long as it takes, or until `shutdown`), then fans records out
+    /// into `hub` until `shutdown`.
+    pub async fn run(self, hub: Hub, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let partitions = tokio::select! {
+            _ = &mut shutdown => return,
+            p = self.partitions() => p,
+        };
+        let mut tpl = TopicPartitionList::new();
+        for p in &partitions {
+            if let Err(e) = tpl.add_partition_offset(&self.topic, *p, Offset::End) {
+                warn!(error = %e, "cluster: bad partition");
+            }
+        }
+        if let Err(e) = self.consumer.assign(&tpl) {
+            warn!(error = %e, "cluster: assigning the backbone partitions failed");
+            return;
+        }
+        self.metrics.partitions.set(partitions.len() as i64);
+        info!(topic = %self.topic, partitions = partitions.len(), node = %self.node,
+              "cluster: reading the backbone");
+
+        let mut seen: HashMap<String, Instant> = HashMap::new();
+        let mut lag_tick = tokio::time::interval(LAG_INTERVAL);
+        lag_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                _ = lag_tick.tick() => {
+                    seen.retain(|_, at| at.elapsed() < NODE_SEEN_WINDOW);
+                    self.metrics.nodes_seen.set(seen.len() as i64);
+                    self.update_lag(&partitions).await;
+                }
+                record = self.consumer.recv() => match record {
+                    Ok(r) => {
+                        let headers = r.headers();
+                        let decoded = decode(RecordParts {
+                            key: r.key(),
+                            value: r.payload(),
+                            timestamp_ms: r.timestamp().to_millis(),
+                            headers: headers
+                                .into_iter()
+                                .flat_map(|h| h.iter().map(|x| (x.key, x.value))),
+                            partition: r.partition(),
+                            offset: r.offset(),
+                        });
+                        drop(r);
+                        self.metrics.received.inc();
+                        match decoded {
+                            Ok(d) => {
+                                if let Some(node) = d.node {
+                                    if node == self.node {
+                                        self.metrics.received_own.inc();
+                                    }
+                                    match seen.get_mut(&node) {
+                                        Some(at) => *at = Instant::now(),
+                                        None => {
+                                            seen.insert(node, Instant::now());
+                                            self.metrics.nodes_seen.set(seen.len() as i64);
+                                        }
+                                    }
+                                }
+                                if let Err(e) = hub.deliver_from_backbone(d.message) {
+                                    self.metrics.invalid.inc();
+                                    debug!(error = %e, "cluster: backbone record refused");
+                                }
+                            }
+                            Err(e) => {
+                                self.metrics.invalid.inc();
+                                debug!(error = %e, "cluster: backbone record not decodable");
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "cluster: backbone reader error");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            }
+        }
+        let consumer = self.consumer.clone();
+        drop(self);
+        // Closing commits the position and may wait for the broker.
+        let _ = tokio::task::spawn_blocking(move || drop(consumer)).await;
+    }
+
+    /// The backbone topic's partitions, asked until the broker answers.
+    async fn partitions(&self) -> Vec<i32> {
+        loop {
+            let (consumer, topic) = (self.consumer.clone(), self.topic.clone());
+            let found = tokio::task::spawn_blocking(move || {
+                let md = consumer.fetch_metadata(Some(&topic), Duration::from_secs(5))?;
+                Ok::<_, KafkaError>(
+                    md.topics()
+                        .iter()
+                        .filter(|t| t.name() == topic && t.error().is_none())
+                        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+                        .collect::<Vec<i32>>(),
+                )
+            })
+            .await;
+            match found {
+                Ok(Ok(p)) if !p.is_empty() => return p,
+                Ok(Ok(_)) => {
+                    warn!(topic = %self.topic, "cluster: the backbone topic has no partitions yet")
+                }
+                Ok(Err(e)) => warn!(error = %e, "cluster: no backbone metadata yet"),
+                Err(e) => warn!(error = %e, "cluster: metadata task failed"),
+            }
+            tokio::time::sleep(METADATA_RETRY).await;
+        }
+    }
+
+    /// Sets the lag gauge: partition ends minus this node's positions.
+    async fn update_lag(&self, partitions: &[i32]) {
+        let (consumer, topic, parts) = (
+            self.consumer.clone(),
+            self.topic.clone(),
+            partitions.to_vec(),
+        );
+        let lag = tokio::task::spawn_blocking(move || {
+            let positions = consumer.position().ok()?;
+            let mut lag = 0i64;
+            for p in parts {
+                let (_, hi) = consumer
+                    .fetch_watermarks(&topic, p, Duration::from_secs(1))
+                    .ok()?;
+                if let Some(Offset::Offset(at)) =
+                    positions.find_partition(&topic, p).map(|e| e.offset())
+                {
+                    lag += (hi - at).max(0);
+                }
+            }
+            Some(lag)
+        })
+        .await;
+        if let Ok(Some(lag)) = lag {
+            self.metrics.lag.set(lag);
+        }
+    }
+}

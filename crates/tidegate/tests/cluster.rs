@@ -1,0 +1,256 @@
+//! Cluster mode end to end: a real Kafka broker (started here) as the
+//! backbone, two `tidegate serve` processes, and a stock `socket.io-client`
+//! subscriber on each. Messages published on either node with
+//! `POST /v1/publish` reach the subscribers of both nodes exactly once and
+//! in order — the publishing node's own subscribers from the Kafka record
+//! too — while the Kafka sink both nodes route to gets each message once.
+//!
+//! Peers: scripts/setup/kafka.sh (broker), scripts/setup/push.sh
+//! (socket.io-client).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{free_addr, serve, Served};
+use tidegate_kafka::testing::{record_count, TestBroker};
+
+fn push_js() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../push/tests/js")
+}
+
+fn wait_port(addr: SocketAddr, served: &Served) {
+    for _ in 0..300 {
+        if std::net::TcpStream::connect(addr).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{addr} never listened; log:\n{}", served.log());
+}
+
+/// One HTTP/1.1 request; returns the status line and the body.
+fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> (String, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    s.write_all(body).unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let status = resp.lines().next().unwrap_or_default().to_owned();
+    let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or_default();
+    (status, body.to_owned())
+}
+
+fn publish(addr: SocketAddr, topic: &str, body: &str) {
+    let (status, text) = http(
+        addr,
+        "POST",
+        &format!("/v1/publish?topic={topic}"),
+        body.as_bytes(),
+    );
+    assert!(
+        status.contains(" 200"),
+        "publish on {addr}: {status} {text}"
+    );
+}
+
+/// A metric's value from `/metrics` (0 when absent).
+fn metric(addr: SocketAddr, name: &str) -> f64 {
+    let (_, body) = http(addr, "GET", "/metrics", b"");
+    body.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A node of the cluster: `tidegate serve` with only `[http]`, the
+/// backbone, and a Kafka sink for `news.>`.
+fn node(name: &str, bootstrap: &str) -> (Served, SocketAddr) {
+    let http = free_addr();
+    let served = serve(&format!(
+        "[http]\nlisten = \"{http}\"\n[wire]\nenabled = false\n[sockperf]\nenabled = false\n\
+         [forward]\nenabled = false\n[s2s]\nenabled = false\n\
+         [cluster]\nbackbone = \"kafka\"\nbrokers = \"{bootstrap}\"\ntopic = \"cluster-test\"\n\
+         node = \"{name}\"\npartitions = 4\n\
+         [sinks.kafka]\nbrokers = \"{bootstrap}\"\ntopic = \"cluster-test-out\"\nlinger_ms = 5\n\
+         [[routes]]\ntopics = \"news.>\"\nsink = \"kafka\"\n"
+    ));
+    wait_port(http, &served);
+    (served, http)
+}
+
+/// A socket.io-client subscriber; its lines arrive on `lines`.
+struct Subscriber {
+    child: Child,
+    _stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn subscriber(http: SocketAddr, pattern: &str) -> Subscriber {
+    assert!(
+        push_js().join("node_modules/socket.io-client").is_dir(),
+        "npm peers missing: run bash scripts/setup/push.sh"
+    );
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/js/cluster_subscriber.js");
+    let mut child = Command::new("node")
+        .arg(script)
+        .arg(format!("http://{http}"))
+        .arg(pattern)
+        .env("NODE_PATH", push_js().join("node_modules"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("node (scripts/setup/push.sh)");
+    let (tx, rx) = mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let stdin = child.stdin.take().unwrap();
+    let ready = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_default();
+    assert_eq!(ready, "READY", "the subscriber on {http} did not get ready");
+    Subscriber {
+        child,
+        _stdin: stdin,
+        lines: rx,
+    }
+}
+
+impl Subscriber {
+    /// Every event received within `wait`, as (event, payload).
+    fn drain(&self, wait: Duration) -> Vec<(String, serde_json::Value)> {
+        let deadline = Instant::now() + wait;
+        let mut out = Vec::new();
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let v: serde_json::Value =
+                        serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON: {line}"));
+                    assert!(v.get("error").is_none(), "subscriber failed: {v}");
+                    out.push((
+                        v["event"].as_str().unwrap().to_owned(),
+                        v["payload"].clone(),
+                    ));
+                }
+                Err(_) => break,
+            }
+        }
+        out
+    }
+}
+
+/// The `i` of every event on `topic`, in arrival order.
+fn sequence(events: &[(String, serde_json::Value)], topic: &str) -> Vec<u64> {
+    events
+        .iter()
+        .filter(|(e, _)| e == topic)
+        .map(|(_, p)| p["i"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_message_published_on_one_node_reaches_subscribers_on_every_node_once_in_order() {
+    let broker = TestBroker::shared().expect("start the test broker (scripts/setup/kafka.sh)");
+    let bootstrap = broker.bootstrap();
+    let (a, http_a) = node("node-a", &bootstrap);
+    let (b, http_b) = node("node-b", &bootstrap);
+    // Both readers have the backbone's partitions assigned.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (n, http) in [(&a, http_a), (&b, http_b)] {
+        while metric(http, "tidegate_cluster_partitions") < 4.0 {
+            assert!(
+                Instant::now() < deadline,
+                "no backbone reader; log:\n{}",
+                n.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let sub_a = subscriber(http_a, "news.>");
+    let sub_b = subscriber(http_b, "news.>");
+
+    // Readers start at the end of the backbone, which they resolve on their
+    // first fetch: publish a warm-up until both subscribers see one.
+    let mut warm = BTreeMap::new();
+    for attempt in 0.. {
+        assert!(attempt < 60, "no warm-up message crossed the cluster");
+        publish(http_a, "news.warm", "{\"i\":0}");
+        for (name, s) in [("a", &sub_a), ("b", &sub_b)] {
+            if !s.drain(Duration::from_millis(300)).is_empty() {
+                warm.insert(name, true);
+            }
+        }
+        if warm.len() == 2 {
+            break;
+        }
+    }
+    // Let warm-ups still in flight arrive, and forget them.
+    sub_a.drain(Duration::from_millis(1000));
+    sub_b.drain(Duration::from_millis(1000));
+    let sink_before = record_count(&bootstrap, "cluster-test-out").unwrap();
+
+    let n = 100u64;
+    for i in 0..n {
+        publish(http_a, "news.from-a", &format!("{{\"i\":{i}}}"));
+        publish(http_b, "news.from-b", &format!("{{\"i\":{i}}}"));
+    }
+    let want: Vec<u64> = (0..n).collect();
+    for (name, s, served) in [("A", &sub_a, &a), ("B", &sub_b, &b)] {
+        let mut events = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while (sequence(&events, "news.from-a").len() < n as usize
+            || sequence(&events, "news.from-b").len() < n as usize)
+            && Instant::now() < deadline
+        {
+            events.extend(s.drain(Duration::from_millis(300)));
+        }
+        // Anything more would be a duplicate.
+        events.extend(s.drain(Duration::from_millis(1000)));
+        for topic in ["news.from-a", "news.from-b"] {
+            assert_eq!(
+                sequence(&events, topic),
+                want,
+                "node {name}: {topic} exactly once, in order; log:\n{}",
+                served.log()
+            );
+        }
+    }
+
+    // Sinks see each message once: on the node where it was published.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let expected = sink_before + 2 * n;
+    let mut count = 0;
+    while Instant::now() < deadline {
+        count = record_count(&bootstrap, "cluster-test-out").unwrap();
+        if count >= expected {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    count = count.max(record_count(&bootstrap, "cluster-test-out").unwrap());
+    assert_eq!(count, expected, "the routed sink got every message once");
+    assert!(metric(http_a, "tidegate_cluster_received_own_total") >= n as f64);
+    assert!(metric(http_b, "tidegate_cluster_nodes_seen") >= 2.0);
+}
