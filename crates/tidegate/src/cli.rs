@@ -57,6 +57,12 @@ pub enum Command {
         #[arg(long, default_value_t = 10_000)]
         probe_timeout_ms: u64,
     },
+    /// Cluster mode (`[cluster]`): what the Kafka brokers say about it.
+    Cluster {
+        /// What to show.
+        #[command(subcommand)]
+        action: ClusterCommand,
+    },
     /// Run a load scenario reproducing a reference experiment. Without
     /// `--target`, a `tidegate serve` child is started on free ports and its
     /// CPU and RSS are sampled.
@@ -64,5 +70,24 @@ pub enum Command {
         /// The scenario (boxed: some scenarios carry many arguments).
         #[command(subcommand)]
         scenario: Box<Scenario>,
+    },
+}
+
+/// `tidegate cluster …`
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// The backbone's partitions, the nodes that wrote a heartbeat in the
+    /// last minute, and how far behind each node is; exit 1 when the
+    /// brokers cannot be reached, 2 when the file has no `[cluster]`.
+    Status {
+        /// TOML configuration file with the `[cluster]` section.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// How long each request to the brokers may take, milliseconds.
+        #[arg(long, default_value_t = 10_000)]
+        timeout_ms: u64,
     },
 }

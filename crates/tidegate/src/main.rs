@@ -1,4 +1,5 @@
-//! `tidegate`: the message hub's one binary — `serve`, `config`, `bench`.
+//! `tidegate`: the message hub's one binary — `serve`, `config`, `bench`,
+//! `cluster status`.
 //!
 //! Exit codes: 0 clean stop; 2 the configuration cannot be served (named
 //! file, key and reason); 1 a failure while serving (a listener down, a
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, ClusterCommand, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -80,6 +81,41 @@ fn main() -> ExitCode {
                 }
                 Err(e) => {
                     eprintln!("tidegate: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Cluster {
+            action:
+                ClusterCommand::Status {
+                    config,
+                    json,
+                    timeout_ms,
+                },
+        } => {
+            let cfg = match config::load(config.as_deref()) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("tidegate: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let Some(cluster) = cfg.cluster else {
+                eprintln!("tidegate: the configuration has no [cluster] section");
+                return ExitCode::from(2);
+            };
+            let timeout = Duration::from_millis(timeout_ms);
+            match tidegate_kafka::backbone::status(&cluster, timeout) {
+                Ok(s) if json => {
+                    println!("{}", serde_json::to_string(&s).expect("status serialises"));
+                    ExitCode::SUCCESS
+                }
+                Ok(s) => {
+                    print!("{s}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("tidegate: [cluster] brokers = {:?}: {e}", cluster.brokers);
                     ExitCode::FAILURE
                 }
             }

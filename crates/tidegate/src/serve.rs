@@ -85,13 +85,16 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
     let mut tasks: Listeners = JoinSet::new();
 
     if let Some(node) = cluster {
-        let (reader, token, c) = (node.reader, shutdown.clone(), config.cluster.clone());
+        let (token, c) = (shutdown.clone(), config.cluster.clone());
         let hub = hub.clone();
         start(&mut tasks, &readiness, "cluster", async move {
             if let Some(c) = c {
                 tidegate_kafka::backbone::ensure_topic(&c).await;
             }
-            reader.run(hub, token.cancelled_owned()).await;
+            tokio::join!(
+                node.reader.run(hub, token.clone().cancelled_owned()),
+                node.heartbeat.run(token.cancelled_owned()),
+            );
             Ok::<(), String>(())
         });
     }

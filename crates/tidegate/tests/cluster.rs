@@ -253,4 +253,34 @@ fn a_message_published_on_one_node_reaches_subscribers_on_every_node_once_in_ord
     assert_eq!(count, expected, "the routed sink got every message once");
     assert!(metric(http_a, "tidegate_cluster_received_own_total") >= n as f64);
     assert!(metric(http_b, "tidegate_cluster_nodes_seen") >= 2.0);
+
+    // `tidegate cluster status` lists both nodes from their heartbeats.
+    let out = Command::new(common::EXE)
+        .args(["cluster", "status", "--json", "--config"])
+        .arg(a.dir.path().join("tidegate.toml"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        status["partitions"].as_array().unwrap().len(),
+        4,
+        "{status}"
+    );
+    let nodes: Vec<&str> = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["heartbeat"]["node"].as_str().unwrap())
+        .collect();
+    assert_eq!(nodes, ["node-a", "node-b"], "{status}");
+    assert!(
+        status["nodes"][0]["heartbeat"]["partitions"] == 4,
+        "{status}"
+    );
 }

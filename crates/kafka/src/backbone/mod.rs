@@ -13,6 +13,8 @@
 //! - [`codec`]: backbone record ↔ hub message.
 //! - [`writer`]: [`KafkaBackbone`], the hub's [`tidegate_hub::Backbone`].
 //! - [`reader`]: [`BackboneReader`], the backbone back into the hub.
+//! - [`heartbeat`]: each node's record about itself on the nodes topic.
+//! - [`status`]: `tidegate cluster status`, read from the brokers.
 //! - [`metrics`]: the `tidegate_cluster_*` counters.
 //!
 //! Not for: consuming application topics into the hub (that is
@@ -20,8 +22,10 @@
 
 pub mod codec;
 pub mod config;
+pub mod heartbeat;
 pub mod metrics;
 pub mod reader;
+pub mod status;
 pub mod writer;
 
 use std::sync::Arc;
@@ -37,8 +41,10 @@ use tidegate_hub::Hub;
 use tracing::{info, warn};
 
 pub use config::{BackboneKind, ClusterConfig, ClusterConfigError};
+pub use heartbeat::{Heartbeat, HeartbeatWriter};
 pub use metrics::ClusterMetrics;
 pub use reader::BackboneReader;
+pub use status::{status, ClusterStatus};
 pub use writer::KafkaBackbone;
 
 use crate::record::RecordShape;
@@ -68,6 +74,8 @@ pub struct ClusterNode {
     pub backbone: Arc<KafkaBackbone>,
     /// What reads them back; run it with [`BackboneReader::run`].
     pub reader: BackboneReader,
+    /// Writes this node's heartbeat; run it with [`HeartbeatWriter::run`].
+    pub heartbeat: HeartbeatWriter,
     /// The reader's counters (the producer's are on `backbone.sink()`).
     pub metrics: ClusterMetrics,
 }
@@ -83,21 +91,33 @@ impl ClusterNode {
         let sink = KafkaSink::with_shape(producer, shape)?;
         let metrics = ClusterMetrics::default();
         metrics.register(hub.metrics(), sink.metrics());
+        let produced = sink.metrics().produced.clone();
         let backbone = Arc::new(KafkaBackbone::new(patterns, sink));
         let reader = BackboneReader::new(config, node, metrics.clone())?;
+        let heartbeat = HeartbeatWriter::new(
+            config,
+            node,
+            env!("CARGO_PKG_VERSION"),
+            metrics.clone(),
+            produced,
+        )?;
         if hub.set_backbone(backbone.clone()).is_err() {
             warn!("cluster: the hub already had a backbone; keeping it");
         }
         Ok(ClusterNode {
             backbone,
             reader,
+            heartbeat,
             metrics,
         })
     }
 }
 
-/// Creates the backbone topic with `config`'s partitions and replication
-/// unless it exists; a broker that does not answer within
+/// How long the nodes topic keeps heartbeats.
+pub const NODES_RETENTION_MS: &str = "3600000";
+
+/// Creates the backbone topic with `config`'s partitions and replication,
+/// and the nodes topic (one partition), unless they exist; a broker that does not answer within
 /// [`CREATE_TIMEOUT`] is logged, not fatal (the reader waits for the topic,
 /// and a broker that auto-creates topics makes it on the first record).
 pub async fn ensure_topic(config: &ClusterConfig) {

@@ -1,0 +1,144 @@
+//! Node heartbeats: every [`HEARTBEAT_INTERVAL`] each node writes one small
+//! record about itself to the nodes topic (`<backbone topic>-nodes`, one
+//! partition), keyed by its name. `tidegate cluster status` reads the last
+//! minute of that topic to list the nodes alive and what each reports.
+//!
+//! A separate topic, not the backbone: reading "the last minute of
+//! heartbeats" must not mean reading the last minute of all traffic.
+
+use std::future::Future;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::ClientConfig;
+use serde::{Deserialize, Serialize};
+use tracing::debug;
+
+use super::config::ClusterConfig;
+use super::metrics::ClusterMetrics;
+
+/// How often a node reports itself.
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Largest heartbeat record `tidegate cluster status` reads (a record
+/// larger than this on the nodes topic is skipped).
+pub const MAX_HEARTBEAT_BYTES: usize = 4096;
+
+/// The nodes topic of a backbone topic.
+pub fn nodes_topic(backbone_topic: &str) -> String {
+    format!("{backbone_topic}-nodes")
+}
+
+/// What a node says about itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    /// The node's name.
+    pub node: String,
+    /// When it was written, ms since the Unix epoch.
+    pub ts_ms: u64,
+    /// Backbone records the node has not read yet, all partitions.
+    pub lag: i64,
+    /// Backbone partitions the node reads.
+    pub partitions: i64,
+    /// Backbone records read since the node started.
+    pub received: u64,
+    /// Records of cluster-wide topics this node produced since it started.
+    pub produced: u64,
+    /// The node's Tidegate version.
+    pub version: String,
+}
+
+impl Heartbeat {
+    /// Parses a heartbeat record's value; `None` for anything else.
+    pub fn parse(value: &[u8]) -> Option<Heartbeat> {
+        if value.len() > MAX_HEARTBEAT_BYTES {
+            return None;
+        }
+        serde_json::from_slice(value).ok()
+    }
+}
+
+/// Writes this node's heartbeat until `shutdown`.
+pub struct HeartbeatWriter {
+    producer: FutureProducer,
+    topic: String,
+    node: String,
+    version: String,
+    metrics: ClusterMetrics,
+    produced: prometheus_client::metrics::counter::Counter,
+}
+
+impl std::fmt::Debug for HeartbeatWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeartbeatWriter")
+            .field("topic", &self.topic)
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HeartbeatWriter {
+    /// A writer for node `node` reporting `metrics` and the backbone
+    /// producer's `produced` counter.
+    pub fn new(
+        config: &ClusterConfig,
+        node: &str,
+        version: &str,
+        metrics: ClusterMetrics,
+        produced: prometheus_client::metrics::counter::Counter,
+    ) -> Result<Self, rdkafka::error::KafkaError> {
+        let mut cc = ClientConfig::new();
+        for (k, v) in &config.properties {
+            cc.set(k, v.to_string());
+        }
+        let producer = cc
+            .set("bootstrap.servers", &config.brokers)
+            .set(
+                "message.timeout.ms",
+                HEARTBEAT_INTERVAL.as_millis().to_string(),
+            )
+            .create()?;
+        Ok(HeartbeatWriter {
+            producer,
+            topic: nodes_topic(&config.topic),
+            node: node.to_owned(),
+            version: version.to_owned(),
+            metrics,
+            produced,
+        })
+    }
+
+    /// Writes a heartbeat now and every [`HEARTBEAT_INTERVAL`] until
+    /// `shutdown`. A heartbeat the broker does not take is dropped (the
+    /// next one says the same).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let mut tick = tokio::time::interval(HEARTBEAT_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => return,
+                _ = tick.tick() => {}
+            }
+            let beat = Heartbeat {
+                node: self.node.clone(),
+                ts_ms: SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or(0),
+                lag: self.metrics.lag.get(),
+                partitions: self.metrics.partitions.get(),
+                received: self.metrics.received.get(),
+                produced: self.produced.get(),
+                version: self.version.clone(),
+            };
+            let value = serde_json::to_vec(&beat).expect("a heartbeat serialises");
+            let record = FutureRecord::to(&self.topic)
+                .key(self.node.as_bytes())
+                .payload(&value);
+            if let Err((e, _)) = self.producer.send(record, HEARTBEAT_INTERVAL).await {
+                debug!(error = %e, "cluster: heartbeat not written");
+            }
+        }
+    }
+}
