@@ -3,14 +3,16 @@
 //! subscriber on each. Messages published on either node with
 //! `POST /v1/publish` reach the subscribers of both nodes exactly once and
 //! in order — the publishing node's own subscribers from the Kafka record
-//! too — while the Kafka sink both nodes route to gets each message once.
+//! too — while the Kafka sink both nodes route to gets each message once;
+//! `tidegate cluster status` lists both nodes. With the broker down,
+//! publishes are held in the bounded producer queue and all arrive, in
+//! order, once it returns.
 //!
 //! Peers: scripts/setup/kafka.sh (broker), scripts/setup/push.sh
 //! (socket.io-client).
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -169,16 +171,14 @@ fn sequence(events: &[(String, serde_json::Value)], topic: &str) -> Vec<u64> {
         .collect()
 }
 
-#[test]
-fn a_message_published_on_one_node_reaches_subscribers_on_every_node_once_in_order() {
-    let broker = TestBroker::shared().expect("start the test broker (scripts/setup/kafka.sh)");
-    let bootstrap = broker.bootstrap();
-    let (a, http_a) = node("node-a", &bootstrap);
-    let (b, http_b) = node("node-b", &bootstrap);
-    // Both readers have the backbone's partitions assigned.
+/// Waits until both nodes read the backbone, connects a subscriber to
+/// `news.>` on each, and publishes warm-ups until both see one (readers
+/// start at the end of the backbone, which they resolve on their first
+/// fetch); the warm-ups are drained.
+fn ready_cluster(nodes: &[(&Served, SocketAddr); 2]) -> (Subscriber, Subscriber) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    for (n, http) in [(&a, http_a), (&b, http_b)] {
-        while metric(http, "tidegate_cluster_partitions") < 4.0 {
+    for (n, http) in nodes {
+        while metric(*http, "tidegate_cluster_partitions") < 4.0 {
             assert!(
                 Instant::now() < deadline,
                 "no backbone reader; log:\n{}",
@@ -187,27 +187,48 @@ fn a_message_published_on_one_node_reaches_subscribers_on_every_node_once_in_ord
             std::thread::sleep(Duration::from_millis(200));
         }
     }
-    let sub_a = subscriber(http_a, "news.>");
-    let sub_b = subscriber(http_b, "news.>");
-
-    // Readers start at the end of the backbone, which they resolve on their
-    // first fetch: publish a warm-up until both subscribers see one.
-    let mut warm = BTreeMap::new();
+    let subs = (
+        subscriber(nodes[0].1, "news.>"),
+        subscriber(nodes[1].1, "news.>"),
+    );
+    let mut warm = [false, false];
     for attempt in 0.. {
         assert!(attempt < 60, "no warm-up message crossed the cluster");
-        publish(http_a, "news.warm", "{\"i\":0}");
-        for (name, s) in [("a", &sub_a), ("b", &sub_b)] {
+        publish(nodes[0].1, "news.warm", "{\"i\":0}");
+        for (i, s) in [&subs.0, &subs.1].into_iter().enumerate() {
             if !s.drain(Duration::from_millis(300)).is_empty() {
-                warm.insert(name, true);
+                warm[i] = true;
             }
         }
-        if warm.len() == 2 {
+        if warm == [true, true] {
             break;
         }
     }
     // Let warm-ups still in flight arrive, and forget them.
-    sub_a.drain(Duration::from_millis(1000));
-    sub_b.drain(Duration::from_millis(1000));
+    subs.0.drain(Duration::from_millis(1000));
+    subs.1.drain(Duration::from_millis(1000));
+    subs
+}
+
+/// Receives on `s` until `topic` has `n` events or `wait` passed, then a
+/// second more (anything more would be a duplicate); returns their `i`s.
+fn receive_sequence(s: &Subscriber, topic: &str, n: usize, wait: Duration) -> Vec<u64> {
+    let mut events = Vec::new();
+    let deadline = Instant::now() + wait;
+    while sequence(&events, topic).len() < n && Instant::now() < deadline {
+        events.extend(s.drain(Duration::from_millis(300)));
+    }
+    events.extend(s.drain(Duration::from_millis(1000)));
+    sequence(&events, topic)
+}
+
+#[test]
+fn a_message_published_on_one_node_reaches_subscribers_on_every_node_once_in_order() {
+    let broker = TestBroker::shared().expect("start the test broker (scripts/setup/kafka.sh)");
+    let bootstrap = broker.bootstrap();
+    let (a, http_a) = node("node-a", &bootstrap);
+    let (b, http_b) = node("node-b", &bootstrap);
+    let (sub_a, sub_b) = ready_cluster(&[(&a, http_a), (&b, http_b)]);
     let sink_before = record_count(&bootstrap, "cluster-test-out").unwrap();
 
     let n = 100u64;
@@ -283,4 +304,40 @@ fn a_message_published_on_one_node_reaches_subscribers_on_every_node_once_in_ord
         status["nodes"][0]["heartbeat"]["partitions"] == 4,
         "{status}"
     );
+}
+
+#[test]
+fn with_the_broker_down_publishes_are_held_and_delivered_in_order_when_it_returns() {
+    let mut broker = TestBroker::start().expect("start a test broker (scripts/setup/kafka.sh)");
+    let bootstrap = broker.bootstrap();
+    let (a, http_a) = node("node-a", &bootstrap);
+    let (b, http_b) = node("node-b", &bootstrap);
+    let (sub_a, sub_b) = ready_cluster(&[(&a, http_a), (&b, http_b)]);
+
+    broker.stop();
+    let n = 50u64;
+    for i in 0..n {
+        // Accepted: held in the bounded backbone producer queue.
+        publish(http_a, "news.outage", &format!("{{\"i\":{i}}}"));
+    }
+    assert!(
+        sequence(&sub_b.drain(Duration::from_secs(2)), "news.outage").is_empty(),
+        "nothing crosses the cluster without its broker"
+    );
+    assert_eq!(
+        metric(http_a, "tidegate_cluster_produce_in_flight"),
+        n as f64
+    );
+
+    broker.restart().expect("restart the broker");
+    let want: Vec<u64> = (0..n).collect();
+    for (name, s, served) in [("A", &sub_a, &a), ("B", &sub_b, &b)] {
+        assert_eq!(
+            receive_sequence(s, "news.outage", n as usize, Duration::from_secs(60)),
+            want,
+            "node {name}: every message held during the outage, once, in order; log:\n{}",
+            served.log()
+        );
+    }
+    assert_eq!(metric(http_a, "tidegate_cluster_produce_failed_total"), 0.0);
 }

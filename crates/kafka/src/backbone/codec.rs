@@ -212,6 +212,36 @@ mod tests {
     }
 
     proptest! {
+        /// Whatever a stranger writes to the backbone topic, decoding
+        /// returns (a message or an error) and never panics.
+        #[test]
+        fn arbitrary_records_never_panic(
+            key in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
+            value in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..64)),
+            ts in any::<Option<i64>>(),
+            headers in proptest::collection::vec(
+                ("\\PC{0,16}", proptest::option::of(proptest::collection::vec(any::<u8>(), 0..16))),
+                0..80,
+            ),
+            partition in any::<i32>(),
+            offset in any::<i64>(),
+        ) {
+            let hs: Vec<(&str, Option<&[u8]>)> =
+                headers.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect();
+            let r = decode(RecordParts {
+                key: key.as_deref(),
+                value: value.as_deref(),
+                timestamp_ms: ts,
+                headers: hs,
+                partition,
+                offset,
+            });
+            if let Ok(d) = r {
+                prop_assert!(tidegate_hub::topic::validate_topic(&d.message.topic).is_ok());
+                prop_assert!(d.message.attributes.len() <= MAX_HEADERS + 4, "{}", d.message.attributes.len());
+            }
+        }
+
         #[test]
         fn any_valid_message_round_trips(
             topic in "[a-z]{1,8}(\\.[a-z0-9_-]{1,8}){0,4}",

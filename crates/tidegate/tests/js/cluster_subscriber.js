@@ -1,6 +1,6 @@
 // A stock socket.io-client subscriber for crates/tidegate/tests/cluster.rs:
 // connects over websocket, subscribes to a pattern, prints READY, then one
-// JSON line per event ({event, payload}) until stdin closes or 60 s pass.
+// JSON line per event ({event, payload}) until stdin closes or 120 s pass.
 // socket.io-client comes from crates/push/tests/js (scripts/setup/push.sh);
 // the test sets NODE_PATH to it.
 // Usage: node cluster_subscriber.js <base url> <pattern>
@@ -13,7 +13,7 @@ const bye = (code) => {
   s.close();
   process.exit(code);
 };
-setTimeout(() => bye(0), 60000).unref();
+setTimeout(() => bye(0), 120000).unref();
 process.stdin.on("end", () => bye(0));
 process.stdin.resume();
 s.on("connect_error", (e) => {
