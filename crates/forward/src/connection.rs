@@ -506,6 +506,16 @@ async fn publish_events(
     events: &mut Vec<Event>,
     group: Option<&AckGroup>,
 ) -> Result<(), ConnectionError> {
+    // One topic check and route lookup for the whole chunk.
+    let publisher = match ctx.hub.publisher_for(topic) {
+        Ok(p) => p,
+        Err(e) => {
+            if let Some(g) = group {
+                g.fail(DeliveryError::ShuttingDown);
+            }
+            return Err(e.into());
+        }
+    };
     let mut now = 0u64;
     for ev in events.drain(..) {
         let payload = payload_of(ev.record, ctx.config.payload, ctx.limits.max_depth)?;
@@ -525,11 +535,7 @@ async fn publish_events(
             payload,
             encoded: Default::default(),
         };
-        let res = match group {
-            Some(g) => ctx.hub.publish_acked(msg, g).await,
-            None => ctx.hub.publish(msg).await,
-        };
-        if let Err(e) = res {
+        if let Err(e) = publisher.publish(msg, group).await {
             if let Some(g) = group {
                 g.fail(DeliveryError::ShuttingDown);
             }

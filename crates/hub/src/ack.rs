@@ -8,7 +8,7 @@
 //! message can never make the source acknowledge it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 use prometheus_client::metrics::counter::Counter;
@@ -46,11 +46,19 @@ struct GroupState {
     pending: AtomicUsize,
     first_error: Mutex<Option<DeliveryError>>,
     done: Notify,
+    /// Where failed tokens are counted (the hub's `route_failures`), set by
+    /// the first token that asks: kept once per group rather than cloned
+    /// into every token, because a shared counter's reference count bounced
+    /// between cores on every message of a busy batch.
+    failures: OnceLock<Counter>,
 }
 
 impl GroupState {
     fn finish_one(&self, result: Result<(), DeliveryError>) {
         if let Err(e) = result {
+            if let Some(c) = self.failures.get() {
+                c.inc();
+            }
             let mut slot = self.first_error.lock();
             if slot.is_none() {
                 *slot = Some(e);
@@ -81,9 +89,15 @@ impl AckToken {
     }
 
     /// Counts a failure of this token (completed with an error, or dropped)
-    /// in `counter` — the hub's `route_failures`.
+    /// in `counter` — the hub's `route_failures`. A token of a group leaves
+    /// the counter with its group (the first token's counter is kept).
     pub fn counting_failures(mut self, counter: &Counter) -> Self {
-        self.failures = Some(counter.clone());
+        match &self.state {
+            Some(s) => {
+                s.failures.get_or_init(|| counter.clone());
+            }
+            None => self.failures = Some(counter.clone()),
+        }
         self
     }
 
@@ -136,6 +150,7 @@ impl AckGroup {
                 pending: AtomicUsize::new(1),
                 first_error: Mutex::new(None),
                 done: Notify::new(),
+                failures: OnceLock::new(),
             }),
         }
     }

@@ -11,7 +11,9 @@ use crate::backbone::Backbone;
 use crate::budget::InflightBudget;
 use crate::bus::TopicBus;
 use crate::metrics::HubMetrics;
+use crate::publisher::TopicPublisher;
 use crate::routes::RouteTable;
+use crate::sink::Sink;
 use crate::subscriber::{PushOutcome, Subscriber, SubscriberOptions};
 use crate::topic::{is_system_topic, validate_topic, TopicError};
 use crate::{Message, SharedMessage};
@@ -215,29 +217,56 @@ impl Hub {
         }
     }
 
+    /// A publisher for a batch of messages on one `topic` (a Forward chunk,
+    /// an S2S transaction): the topic is checked and its routes looked up
+    /// once for the batch instead of once per message.
+    pub fn publisher_for(&self, topic: &str) -> Result<TopicPublisher<'_>, PublishError> {
+        self.check_topic(topic)?;
+        let routes = self.inner.routes.load_full();
+        let sinks = routes.matching(topic).cloned().collect();
+        Ok(TopicPublisher::new(self, topic, sinks))
+    }
+
+    /// Why a source may not publish on `topic` now, if it may not.
+    fn check_topic(&self, topic: &str) -> Result<(), PublishError> {
+        if is_system_topic(topic) {
+            return Err(TopicError::Reserved(topic.to_owned()).into());
+        }
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(PublishError::ShuttingDown);
+        }
+        validate_topic(topic)?;
+        Ok(())
+    }
+
     async fn publish_inner(
         &self,
         msg: Message,
         group: Option<&AckGroup>,
     ) -> Result<(), PublishError> {
-        if is_system_topic(&msg.topic) {
-            return Err(TopicError::Reserved(msg.topic).into());
-        }
-        if self.inner.closed.load(Ordering::Acquire) {
-            return Err(PublishError::ShuttingDown);
-        }
-        validate_topic(&msg.topic)?;
-        let m = &self.inner.metrics;
-        m.published.inc();
+        self.check_topic(&msg.topic)?;
         let msg: SharedMessage = Arc::new(msg);
-        self.fan_out_or_forward(&msg).await;
-
         let routes = self.inner.routes.load();
         if routes.is_empty() {
-            return Ok(());
+            return self.deliver(&msg, std::iter::empty(), group).await;
         }
         let routes = arc_swap::Guard::into_inner(routes);
-        for sink in routes.matching(&msg.topic) {
+        self.deliver(&msg, routes.matching(&msg.topic), group).await
+    }
+
+    /// Delivers a checked message: queues it to the topic's subscribers and
+    /// hands it to `sinks` (the sinks its topic routes to), each with a
+    /// token of `group`.
+    pub(crate) async fn deliver<'s>(
+        &self,
+        msg: &SharedMessage,
+        sinks: impl Iterator<Item = &'s Arc<dyn Sink>>,
+        group: Option<&AckGroup>,
+    ) -> Result<(), PublishError> {
+        let m = &self.inner.metrics;
+        m.published.inc();
+        self.fan_out_or_forward(msg).await;
+        for sink in sinks {
             let token = match group {
                 Some(g) => g.token(),
                 None => AckToken::detached(),
@@ -250,6 +279,11 @@ impl Hub {
             }
         }
         Ok(())
+    }
+
+    /// Whether [`Hub::close`] has run.
+    pub(crate) fn closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
     }
 
     fn fan_out(&self, msg: &SharedMessage) {

@@ -338,6 +338,80 @@ async fn route_failures_count_failed_and_lost_messages_but_not_acknowledged_ones
 }
 
 #[tokio::test]
+async fn route_failures_count_the_failed_tokens_of_a_group_once_each() {
+    let failing = holding(true);
+    let hub = Hub::new(routes_to(failing, "logs.>"));
+    let group = AckGroup::new();
+    for _ in 0..3 {
+        hub.publish_acked(msg("logs.a", "x"), &group).await.unwrap();
+    }
+    assert!(group.wait().await.is_err());
+    assert_eq!(hub.metrics().route_failures.get(), 3);
+
+    let keeping = holding(false);
+    let hub = Hub::new(routes_to(keeping.clone(), "logs.>"));
+    let group = AckGroup::new();
+    for _ in 0..2 {
+        hub.publish_acked(msg("logs.a", "x"), &group).await.unwrap();
+    }
+    let mut tokens: Vec<AckToken> = std::mem::take(&mut *keeping.held.lock());
+    tokens.pop().unwrap().succeed();
+    drop(tokens); // one lost without an answer
+    assert_eq!(hub.metrics().route_failures.get(), 1);
+    assert!(group.wait().await.is_err());
+}
+
+#[tokio::test]
+async fn a_topic_publisher_reaches_subscribers_and_routed_sinks_like_single_publishes() {
+    let keeping = holding(false);
+    let hub = Hub::new(routes_to(keeping.clone(), "logs.>"));
+    let sub = hub.subscribe("logs.a").unwrap();
+    let other = hub.subscribe("other").unwrap();
+    let group = AckGroup::new();
+    let p = hub.publisher_for("logs.a").unwrap();
+    assert_eq!(p.topic(), "logs.a");
+    for body in ["1", "2"] {
+        p.publish(p.message(body), Some(&group)).await.unwrap();
+    }
+    // A message on another topic is checked and routed on its own.
+    p.publish(msg("other", "3"), Some(&group)).await.unwrap();
+    assert!(matches!(
+        p.publish(msg("bad..topic", "4"), None).await,
+        Err(PublishError::BadTopic(_))
+    ));
+    assert_eq!(&sub.recv().await.unwrap().payload[..], b"1");
+    assert_eq!(&sub.recv().await.unwrap().payload[..], b"2");
+    assert_eq!(&other.recv().await.unwrap().payload[..], b"3");
+    assert_eq!(keeping.received.load(Ordering::SeqCst), 2);
+    assert_eq!(hub.metrics().published.get(), 3);
+    for t in std::mem::take(&mut *keeping.held.lock()) {
+        t.succeed();
+    }
+    assert_eq!(group.wait().await, Ok(()));
+}
+
+#[tokio::test]
+async fn a_topic_publisher_refuses_what_a_publish_refuses() {
+    let hub = Hub::default();
+    for topic in ["$sys.stats", "a..b", "a.*", ""] {
+        assert!(
+            matches!(hub.publisher_for(topic), Err(PublishError::BadTopic(_))),
+            "{topic}"
+        );
+    }
+    let p = hub.publisher_for("a.b").unwrap();
+    hub.close();
+    assert!(matches!(
+        p.publish(p.message("x"), None).await,
+        Err(PublishError::ShuttingDown)
+    ));
+    assert!(matches!(
+        hub.publisher_for("a.b"),
+        Err(PublishError::ShuttingDown)
+    ));
+}
+
+#[tokio::test]
 async fn sys_topics_are_subscribable_but_only_the_hub_publishes_there() {
     let hub = Hub::default();
     let sys = hub.subscribe("$sys.>").unwrap();

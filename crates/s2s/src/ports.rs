@@ -260,10 +260,12 @@ impl S2sPorts {
     ) -> Result<Committed, CommitError> {
         let n = packets.len();
         let group = AckGroup::new();
+        // One topic check and route lookup for the whole transaction.
+        let publisher = self.inner.hub.publisher_for(&port.topic)?;
         for p in packets {
-            let mut msg = Message::new(port.topic.clone(), p.content);
+            let mut msg = publisher.message(p.content);
             msg.attributes = p.attributes;
-            self.inner.hub.publish_acked(msg, &group).await?;
+            publisher.publish(msg, Some(&group)).await?;
         }
         group.wait().await?;
         Ok(Committed {

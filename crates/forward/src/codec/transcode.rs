@@ -117,12 +117,24 @@ fn write_string(raw: &[u8], out: &mut Vec<u8>) {
     }
 }
 
+/// Whether any byte of `bytes` must be escaped in a JSON string. Folds each
+/// 32-byte block without an early exit so the compiler can turn it into
+/// SIMD compares; `iter().any` tests and branches byte by byte, and this
+/// scan runs over every string of every record on the Forward → JSON path.
+fn needs_escape(bytes: &[u8]) -> bool {
+    bytes.chunks(32).any(|block| {
+        block.iter().fold(false, |acc, &b| {
+            acc | (b < 0x20) | (b == b'"') | (b == b'\\')
+        })
+    })
+}
+
 fn write_str(s: &str, out: &mut Vec<u8>) {
     out.reserve(s.len() + 2);
     out.push(b'"');
     let bytes = s.as_bytes();
-    // Fast path: most log text needs no escaping (this scan vectorizes).
-    if !bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\') {
+    // Fast path: most log text needs no escaping.
+    if !needs_escape(bytes) {
         out.extend_from_slice(bytes);
         out.push(b'"');
         return;
@@ -215,5 +227,22 @@ mod tests {
         let mp = [0x91, 0x91, 0x91, 0xc0];
         assert!(msgpack_to_json(&mp, 3, &mut Vec::new()).is_err());
         assert!(msgpack_to_json(&mp, 4, &mut Vec::new()).is_ok());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_string_is_written_as_the_json_string_of_itself(s in ".{0,200}", pick in proptest::collection::vec(0u8..0x7f, 0..100)) {
+            // Mix arbitrary text with ASCII (control characters, quotes and
+            // backslashes included) so both paths of `write_str` are taken.
+            let ascii: String = pick.into_iter().map(char::from).collect();
+            for text in [s.as_str(), ascii.as_str(), &format!("{s}{ascii}")] {
+                let naive = text.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\');
+                proptest::prop_assert_eq!(needs_escape(text.as_bytes()), naive);
+                let mut out = Vec::new();
+                write_str(text, &mut out);
+                let back: String = serde_json::from_slice(&out).unwrap();
+                proptest::prop_assert_eq!(back, text);
+            }
+        }
     }
 }
