@@ -10,12 +10,54 @@
 //! sinks are untouched: a message reaches its sinks once, on the node where
 //! it was published. `$sys.` topics never go to the backbone.
 //!
+//! The backbone is also the cluster's history: every delivered message
+//! carries its position in it ([`ATTR_PARTITION`], [`ATTR_OFFSET`]), and a
+//! client that lost its node can ask any other node to [`Backbone::replay`]
+//! what it missed from its last positions.
+//!
 //! Not for: sinks. Subscriber delivery stays best-effort — the backbone
 //! takes part in no acknowledgement group — but its bound is backpressure:
 //! a full backbone makes the publish wait, as a full sink does.
 
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+
 use crate::sink::SinkFuture;
-use crate::SharedMessage;
+use crate::topic::Pattern;
+use crate::{Message, SharedMessage};
+
+/// Attribute a message delivered from the backbone carries: the partition
+/// of its backbone record.
+pub const ATTR_PARTITION: &str = "cluster.partition";
+/// Attribute a message delivered from the backbone carries: the offset of
+/// its backbone record.
+pub const ATTR_OFFSET: &str = "cluster.offset";
+
+/// Where a client is in the history: per backbone partition, the next
+/// offset it has not received.
+pub type Positions = BTreeMap<i32, i64>;
+
+/// What a [`Backbone::replay`] found.
+#[derive(Debug, Clone, Default)]
+pub struct Replay {
+    /// The messages after the asked positions, up to `ends`, matching the
+    /// patterns; in order within each partition (so per hub topic).
+    pub messages: Vec<Message>,
+    /// The end of each partition when the replay started: messages at or
+    /// after it come live.
+    pub ends: Positions,
+}
+
+/// A boxed future of the history calls.
+pub type HistoryFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
+
+/// The backbone position of a message delivered from it.
+pub fn position(msg: &Message) -> Option<(i32, i64)> {
+    let p = msg.attribute(ATTR_PARTITION)?.parse().ok()?;
+    let o = msg.attribute(ATTR_OFFSET)?.parse().ok()?;
+    Some((p, o))
+}
 
 /// Carries cluster-wide topics to every node's subscribers.
 pub trait Backbone: Send + Sync + std::fmt::Debug + 'static {
@@ -29,4 +71,18 @@ pub trait Backbone: Send + Sync + std::fmt::Debug + 'static {
 
     /// Takes `msg`, waiting while the backbone has no room.
     fn send(&self, msg: SharedMessage) -> SinkFuture<'_>;
+
+    /// The end of every partition now: where a new subscriber starts.
+    fn positions(&self) -> HistoryFuture<'_, Positions>;
+
+    /// The messages matching `patterns` from `from` to the end of every
+    /// partition now (a partition not in `from` is not replayed), at most
+    /// `max` read; an error naming why when more would be needed or the
+    /// history no longer holds `from`.
+    fn replay(
+        &self,
+        from: Positions,
+        patterns: Vec<Pattern>,
+        max: usize,
+    ) -> HistoryFuture<'_, Replay>;
 }

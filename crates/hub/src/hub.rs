@@ -174,6 +174,11 @@ impl Hub {
         self.inner.backbone.set(backbone)
     }
 
+    /// The cluster backbone, when one is installed.
+    pub fn backbone(&self) -> Option<&Arc<dyn Backbone>> {
+        self.inner.backbone.get()
+    }
+
     /// Fans a message read back from the cluster backbone out to this
     /// node's subscribers. Not a publish: never routed to sinks (the node
     /// that published it did that) and not counted as published. Refuses

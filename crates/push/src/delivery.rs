@@ -125,10 +125,17 @@ fn append_before_last(text: &[u8], extra: std::fmt::Arguments<'_>) -> Bytes {
 
 /// The `/ws` JSON `message`: `{"op":"message","topic":…,"payload":…}`, or
 /// `{"op":"message","topic":…,"binary":true}` followed by a binary frame.
+/// A message delivered from the cluster backbone also says where it sits
+/// in the cluster's history, `"pos":[partition,offset]` (after the topic),
+/// which a client gives back to recover on another node.
 pub fn ws_message(msg: &Message) -> Bytes {
     let mut s = String::with_capacity(msg.payload.len() + msg.topic.len() + 48);
     s.push_str(r#"{"op":"message","topic":"#);
     s.push_str(&json_string(&msg.topic));
+    if let Some((p, o)) = tidegate_hub::backbone::position(msg) {
+        use std::fmt::Write as _;
+        let _ = write!(s, r#","pos":[{p},{o}]"#);
+    }
     match payload_kind(&msg.payload) {
         PayloadKind::Json(j) => {
             s.push_str(r#","payload":"#);

@@ -80,13 +80,19 @@ fn metric(addr: SocketAddr, name: &str) -> f64 {
 /// A node of the cluster: `tidegate serve` with only `[http]`, the
 /// backbone, and a Kafka sink for `news.>`.
 fn node(name: &str, bootstrap: &str) -> (Served, SocketAddr) {
+    node_on(name, bootstrap, "cluster-test")
+}
+
+/// [`node`] with its own backbone topic (`topic`) and sink topic
+/// (`<topic>-out`), for tests sharing a broker.
+fn node_on(name: &str, bootstrap: &str, topic: &str) -> (Served, SocketAddr) {
     let http = free_addr();
     let served = serve(&format!(
         "[http]\nlisten = \"{http}\"\n[wire]\nenabled = false\n[sockperf]\nenabled = false\n\
          [forward]\nenabled = false\n[s2s]\nenabled = false\n\
-         [cluster]\nbackbone = \"kafka\"\nbrokers = \"{bootstrap}\"\ntopic = \"cluster-test\"\n\
+         [cluster]\nbackbone = \"kafka\"\nbrokers = \"{bootstrap}\"\ntopic = \"{topic}\"\n\
          node = \"{name}\"\npartitions = 4\n\
-         [sinks.kafka]\nbrokers = \"{bootstrap}\"\ntopic = \"cluster-test-out\"\nlinger_ms = 5\n\
+         [sinks.kafka]\nbrokers = \"{bootstrap}\"\ntopic = \"{topic}-out\"\nlinger_ms = 5\n\
          [[routes]]\ntopics = \"news.>\"\nsink = \"kafka\"\n"
     ));
     wait_port(http, &served);
@@ -340,4 +346,170 @@ fn with_the_broker_down_publishes_are_held_and_delivered_in_order_when_it_return
         );
     }
     assert_eq!(metric(http_a, "tidegate_cluster_produce_failed_total"), 0.0);
+}
+
+/// A `/ws` client that keeps its position in the cluster's history.
+struct WsClient {
+    ws: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+    /// Per backbone partition, the next offset not received.
+    positions: serde_json::Map<String, serde_json::Value>,
+    /// (topic, i) of every message, in arrival order.
+    got: Vec<(String, u64)>,
+}
+
+impl WsClient {
+    async fn connect(http: SocketAddr) -> WsClient {
+        let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{http}/ws"))
+            .await
+            .expect("a /ws connection");
+        WsClient {
+            ws,
+            positions: serde_json::Map::new(),
+            got: Vec::new(),
+        }
+    }
+
+    async fn send(&mut self, v: serde_json::Value) {
+        use futures::SinkExt;
+        self.ws
+            .send(tokio_tungstenite::tungstenite::Message::text(v.to_string()))
+            .await
+            .unwrap();
+    }
+
+    /// Reads frames for `wait`, or until a frame with `"op": until`
+    /// arrives (returned).
+    async fn read(&mut self, wait: Duration, until: Option<&str>) -> Option<serde_json::Value> {
+        use futures::StreamExt;
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let frame = tokio::time::timeout_at(deadline, self.ws.next())
+                .await
+                .ok()??;
+            let text = match frame.ok()? {
+                tokio_tungstenite::tungstenite::Message::Text(t) => t.to_string(),
+                _ => continue,
+            };
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_ne!(v["op"], "error", "{v}");
+            if v["op"] == "message" {
+                let (p, o) = (v["pos"][0].as_i64().unwrap(), v["pos"][1].as_i64().unwrap());
+                self.positions.insert(p.to_string(), (o + 1).into());
+                self.got.push((
+                    v["topic"].as_str().unwrap().to_owned(),
+                    v["payload"]["i"].as_u64().unwrap_or(0),
+                ));
+            }
+            if until.is_some_and(|u| v["op"] == u) {
+                return Some(v);
+            }
+        }
+    }
+
+    fn sequence(&self, topic: &str) -> Vec<u64> {
+        self.got
+            .iter()
+            .filter(|(t, _)| t == topic)
+            .map(|(_, i)| *i)
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ws_client_that_loses_its_node_recovers_what_it_missed_on_another() {
+    let broker = TestBroker::shared().expect("start the test broker (scripts/setup/kafka.sh)");
+    let bootstrap = broker.bootstrap();
+    let topic = "cluster-recovery";
+    let (a, http_a) = node_on("rec-a", &bootstrap, topic);
+    let (mut b, http_b) = node_on("rec-b", &bootstrap, topic);
+    let (c, http_c) = node_on("rec-c", &bootstrap, topic);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (n, http) in [(&a, http_a), (&b, http_b), (&c, http_c)] {
+        while metric(http, "tidegate_cluster_partitions") < 4.0 {
+            assert!(
+                Instant::now() < deadline,
+                "no backbone reader; log:\n{}",
+                n.log()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    // On node B: subscribe, asking where in the history it starts.
+    let mut client = WsClient::connect(http_b).await;
+    client
+        .send(serde_json::json!({"op": "subscribe", "patterns": ["news.>"], "positions": true}))
+        .await;
+    let sub = client
+        .read(Duration::from_secs(10), Some("subscribed"))
+        .await
+        .unwrap();
+    client.positions = sub["positions"].as_object().cloned().expect("positions");
+    assert_eq!(client.positions.len(), 4, "{sub}");
+    // Readers start at the end of the backbone on their first fetch.
+    for attempt in 0.. {
+        assert!(attempt < 60, "no warm-up reached node B; log:\n{}", b.log());
+        publish(http_a, "news.warm", "{\"i\":0}");
+        client.read(Duration::from_millis(300), None).await;
+        if !client.got.is_empty() {
+            break;
+        }
+    }
+    for i in 0..10 {
+        publish(http_a, "news.r", &format!("{{\"i\":{i}}}"));
+    }
+    while client.sequence("news.r").len() < 10 {
+        assert!(
+            client
+                .read(Duration::from_secs(10), Some("message"))
+                .await
+                .is_some(),
+            "node B delivered {:?}",
+            client.sequence("news.r")
+        );
+    }
+    assert_eq!(client.sequence("news.r"), (0..10).collect::<Vec<_>>());
+
+    // Node B dies; what is published meanwhile is missed.
+    b.child.kill().unwrap();
+    b.child.wait().unwrap();
+    for i in 10..20 {
+        publish(http_a, "news.r", &format!("{{\"i\":{i}}}"));
+    }
+
+    // The client comes back on node C with its positions.
+    let from = serde_json::Value::Object(client.positions.clone());
+    let mut again = WsClient::connect(http_c).await;
+    again.positions = client.positions.clone();
+    again
+        .send(serde_json::json!({"op": "subscribe", "patterns": ["news.>"], "from": from}))
+        .await;
+    let sub = again
+        .read(Duration::from_secs(40), Some("subscribed"))
+        .await
+        .unwrap_or_else(|| panic!("no subscribe answer; log:\n{}", c.log()));
+    assert!(sub.get("cluster_error").is_none(), "{sub}");
+    for i in 20..25 {
+        publish(http_a, "news.r", &format!("{{\"i\":{i}}}"));
+    }
+    while again.sequence("news.r").len() < 15 {
+        if again
+            .read(Duration::from_secs(10), Some("message"))
+            .await
+            .is_none()
+        {
+            break;
+        }
+    }
+    // Anything more would be a duplicate.
+    again.read(Duration::from_secs(1), None).await;
+    assert_eq!(
+        again.sequence("news.r"),
+        (10..25).collect::<Vec<_>>(),
+        "missed messages replayed from the backbone, then live ones, each once, in order; {sub}; log:\n{}",
+        c.log()
+    );
+    assert!(sub["recovered"].as_u64().unwrap() >= 10, "{sub}");
 }

@@ -18,7 +18,7 @@ use tidegate_hub::message::now_ns;
 use tidegate_hub::topic::{is_system_topic, validate_topic};
 use tidegate_hub::Message;
 
-pub use crate::source::record::{ATTR_OFFSET, ATTR_PARTITION};
+pub use tidegate_hub::backbone::{ATTR_OFFSET, ATTR_PARTITION};
 
 /// Header naming the node that published the message.
 pub const HEADER_NODE: &str = "tidegate.node";

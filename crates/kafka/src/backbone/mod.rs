@@ -13,6 +13,8 @@
 //! - [`codec`]: backbone record ↔ hub message.
 //! - [`writer`]: [`KafkaBackbone`], the hub's [`tidegate_hub::Backbone`].
 //! - [`reader`]: [`BackboneReader`], the backbone back into the hub.
+//! - [`history`]: the backbone read back from a client's positions
+//!   (recovery on any node).
 //! - [`heartbeat`]: each node's record about itself on the nodes topic.
 //! - [`status`]: `tidegate cluster status`, read from the brokers.
 //! - [`metrics`]: the `tidegate_cluster_*` counters.
@@ -23,6 +25,7 @@
 pub mod codec;
 pub mod config;
 pub mod heartbeat;
+pub mod history;
 pub mod metrics;
 pub mod reader;
 pub mod status;
@@ -92,7 +95,7 @@ impl ClusterNode {
         let metrics = ClusterMetrics::default();
         metrics.register(hub.metrics(), sink.metrics());
         let produced = sink.metrics().produced.clone();
-        let backbone = Arc::new(KafkaBackbone::new(patterns, sink));
+        let backbone = Arc::new(KafkaBackbone::new(patterns, sink, config.clone()));
         let reader = BackboneReader::new(config, node, metrics.clone())?;
         let heartbeat = HeartbeatWriter::new(
             config,

@@ -7,14 +7,18 @@
 //! record the broker never took is counted in
 //! `tidegate_cluster_produce_failed`.
 
+use tidegate_hub::backbone::{HistoryFuture, Positions, Replay};
 use tidegate_hub::{AckToken, Backbone, Pattern, SharedMessage, Sink, SinkFuture};
 
+use super::config::ClusterConfig;
+use super::history;
 use crate::KafkaSink;
 
 /// Writes cluster-wide topics to the backbone.
 pub struct KafkaBackbone {
     patterns: Vec<Pattern>,
     sink: KafkaSink,
+    config: ClusterConfig,
 }
 
 impl std::fmt::Debug for KafkaBackbone {
@@ -27,9 +31,14 @@ impl std::fmt::Debug for KafkaBackbone {
 }
 
 impl KafkaBackbone {
-    /// A backbone carrying `patterns` through `sink`.
-    pub fn new(patterns: Vec<Pattern>, sink: KafkaSink) -> Self {
-        KafkaBackbone { patterns, sink }
+    /// A backbone carrying `patterns` through `sink`, its history read
+    /// from `config`'s brokers.
+    pub fn new(patterns: Vec<Pattern>, sink: KafkaSink, config: ClusterConfig) -> Self {
+        KafkaBackbone {
+            patterns,
+            sink,
+            config,
+        }
     }
 
     /// The producer (its counters, its health).
@@ -51,5 +60,28 @@ impl Backbone for KafkaBackbone {
 
     fn send(&self, msg: SharedMessage) -> SinkFuture<'_> {
         self.sink.send(msg, AckToken::detached())
+    }
+
+    fn positions(&self) -> HistoryFuture<'_, Positions> {
+        let config = self.config.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || history::positions(&config))
+                .await
+                .map_err(|e| e.to_string())?
+        })
+    }
+
+    fn replay(
+        &self,
+        from: Positions,
+        patterns: Vec<Pattern>,
+        max: usize,
+    ) -> HistoryFuture<'_, Replay> {
+        let config = self.config.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || history::replay(&config, &from, &patterns, max))
+                .await
+                .map_err(|e| e.to_string())?
+        })
     }
 }

@@ -4,12 +4,15 @@
 //! bounds message sizes. With recovery on, the session's first frame is
 //! `{"op":"session","session":id}`, messages carry `"offset"`, and
 //! `{"op":"recover",…}` takes a lost session over ([`crate::recovery`]).
+//! In cluster mode a subscribe can ask for the backbone's `positions` and
+//! recover `from` them on any node ([`tidegate_hub::backbone`]).
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::{json, Value};
-use tidegate_hub::{Hub, Message, SharedMessage, Subscriber};
+use tidegate_hub::backbone::{position, Positions};
+use tidegate_hub::{Hub, Message, Pattern, SharedMessage, Subscriber};
 
 use super::subscriptions::{self, Refused};
 use super::App;
@@ -17,7 +20,12 @@ use crate::auth::Grants;
 use crate::context::PushContext;
 use crate::delivery::{cached_ws_message, is_binary_ws_message, ws_message_with_offset};
 use crate::recovery::{RecoveryHandle, ReplayLog, Ticket};
-use crate::ws::protocol::{decode, ClientOp};
+use crate::ws::protocol::{decode, positions as parse_positions, ClientOp};
+
+/// Most backbone records one cluster recovery may read (all partitions
+/// together, matching or not): a client further behind is refused and
+/// starts over.
+pub const MAX_CLUSTER_REPLAY: usize = 100_000;
 
 /// A frame for the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +48,9 @@ pub struct JsonSession {
     recovery: Option<(Ticket, ReplayLog<()>)>,
     /// Messages are sent (false while parked).
     attached: bool,
+    /// After a cluster recovery: per backbone partition, the end of what
+    /// was replayed; live messages before it were sent already.
+    replayed_to: Positions,
 }
 
 fn reply(v: Value) -> JsonOut {
@@ -63,6 +74,7 @@ impl JsonSession {
             pending_publish: None,
             recovery,
             attached: true,
+            replayed_to: Positions::new(),
         }
     }
 
@@ -159,17 +171,45 @@ impl JsonSession {
             }
         };
         match op {
-            ClientOp::Subscribe { id, patterns } => {
+            ClientOp::Subscribe {
+                id,
+                patterns,
+                positions,
+                from,
+            } => {
                 let (allowed, refused): (Vec<String>, Vec<String>) = patterns
                     .into_iter()
                     .partition(|p| self.grants.may_subscribe(p));
+                // Live first, so nothing published during a replay is missed.
                 let mut o =
                     subscriptions::subscribe(&mut self.sub, &allowed, self.max_subscriptions);
                 o.refused.extend(refused.into_iter().map(|pattern| Refused {
                     pattern,
                     reason: "not allowed by the token".into(),
                 }));
-                out.push(reply(json!({"op": "subscribed", "id": id, "accepted": o.accepted, "refused": o.refused})));
+                let mut answer = json!({"op": "subscribed", "id": id, "accepted": o.accepted, "refused": o.refused});
+                let mut replayed = Vec::new();
+                if positions || from.is_some() {
+                    let recovering = from.is_some();
+                    let history = match from.as_ref().map(parse_positions).transpose() {
+                        Ok(from) => self.cluster_history(hub, &o.accepted, from).await,
+                        Err(e) => Err(e),
+                    };
+                    match history {
+                        Ok((ends, messages)) => {
+                            answer["positions"] = json!(ends);
+                            if recovering {
+                                answer["recovered"] = json!(messages.len());
+                            }
+                            replayed = messages;
+                        }
+                        Err(why) => answer["cluster_error"] = json!(why),
+                    }
+                }
+                out.push(reply(answer));
+                for m in &replayed {
+                    push_message(m, None, out);
+                }
             }
             ClientOp::Unsubscribe { id, patterns } => {
                 let o = subscriptions::unsubscribe(&mut self.sub, &patterns);
@@ -217,6 +257,35 @@ impl JsonSession {
         }
     }
 
+    /// Cluster mode: the backbone's positions now and, with `from`, the
+    /// messages of `patterns` after it (live ones before those positions
+    /// are skipped from now on, being replayed).
+    async fn cluster_history(
+        &mut self,
+        hub: &Hub,
+        patterns: &[String],
+        from: Option<Positions>,
+    ) -> Result<(Positions, Vec<Message>), String> {
+        let backbone = hub
+            .backbone()
+            .ok_or("not in cluster mode: no history to read")?;
+        match from {
+            None => Ok((backbone.positions().await?, Vec::new())),
+            Some(from) => {
+                let parsed: Vec<Pattern> = patterns
+                    .iter()
+                    .filter_map(|p| Pattern::parse(p).ok())
+                    .collect();
+                let replay = backbone.replay(from, parsed, MAX_CLUSTER_REPLAY).await?;
+                for (p, end) in &replay.ends {
+                    let e = self.replayed_to.entry(*p).or_insert(*end);
+                    *e = (*e).max(*end);
+                }
+                Ok((replay.ends, replay.messages))
+            }
+        }
+    }
+
     /// Handles one binary frame: the payload of a pending binary publish.
     pub async fn on_binary(&mut self, b: Bytes, hub: &Hub, out: &mut Vec<JsonOut>) {
         match self.pending_publish.take() {
@@ -231,6 +300,13 @@ impl JsonSession {
     /// with recovery on, each is logged and gets its offset).
     pub fn deliver(&mut self, msgs: &[SharedMessage], out: &mut Vec<JsonOut>) {
         for m in msgs {
+            if !self.replayed_to.is_empty() {
+                if let Some((p, o)) = position(m) {
+                    if self.replayed_to.get(&p).is_some_and(|end| o < *end) {
+                        continue; // sent by the cluster replay
+                    }
+                }
+            }
             let offset = self.recovery.as_mut().map(|(_, l)| l.push((), m.clone()));
             if self.attached {
                 push_message(m, offset, out);

@@ -2,8 +2,11 @@
 //! Pure. Server replies are built in [`crate::app::json`] and
 //! [`crate::delivery`]. Documented in docs/push.md.
 
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
 use serde_json::Value;
+use tidegate_hub::backbone::Positions;
 
 /// One client request.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -16,6 +19,18 @@ pub enum ClientOp {
         id: Option<u64>,
         /// Patterns (`*` one token, `>` the rest).
         patterns: Vec<String>,
+        /// Cluster mode: answer with the backbone's `positions` now, where
+        /// this subscription starts in the cluster's history.
+        #[serde(default)]
+        positions: bool,
+        /// Cluster mode, on any node: first replay, from the cluster's
+        /// history, every message matching `patterns` after these
+        /// positions (`{"partition": next offset}`, as the last `pos` of
+        /// each partition plus one, or the `positions` of the
+        /// subscription).
+        /// (JSON object keys are strings: see [`positions`].)
+        #[serde(default)]
+        from: Option<BTreeMap<String, i64>>,
     },
     /// Remove subscriptions.
     Unsubscribe {
@@ -54,6 +69,17 @@ pub enum ClientOp {
     },
 }
 
+/// A subscribe's `from`, its partition keys read as numbers.
+pub fn positions(from: &BTreeMap<String, i64>) -> Result<Positions, String> {
+    from.iter()
+        .map(|(p, o)| {
+            p.parse::<i32>()
+                .map(|p| (p, *o))
+                .map_err(|_| format!("from: {p:?} is not a partition number"))
+        })
+        .collect()
+}
+
 /// Decodes one request.
 pub fn decode(text: &str) -> Result<ClientOp, String> {
     serde_json::from_str(text).map_err(|e| e.to_string())
@@ -70,9 +96,24 @@ mod tests {
             decode(r#"{"op":"subscribe","id":1,"patterns":["a.>"]}"#),
             Ok(ClientOp::Subscribe {
                 id: Some(1),
-                patterns: vec!["a.>".into()]
+                patterns: vec!["a.>".into()],
+                positions: false,
+                from: None,
             })
         );
+        assert_eq!(
+            decode(r#"{"op":"subscribe","patterns":["a"],"from":{"0":5,"3":9}}"#),
+            Ok(ClientOp::Subscribe {
+                id: None,
+                patterns: vec!["a".into()],
+                positions: false,
+                from: Some([("0".into(), 5), ("3".into(), 9)].into_iter().collect()),
+            })
+        );
+        let from = [("0".to_owned(), 5), ("x".to_owned(), 1)]
+            .into_iter()
+            .collect();
+        assert!(positions(&from).unwrap_err().contains("\"x\""));
         assert!(matches!(
             decode(r#"{"op":"publish","topic":"a","payload":{"x":1}}"#),
             Ok(ClientOp::Publish { binary: false, .. })

@@ -1,0 +1,144 @@
+//! The backbone as history: where each partition ends now, and the records
+//! from a client's last positions to there — what a client that lost its
+//! node recovers on another one.
+//!
+//! Blocking (librdkafka's metadata and fetch calls); the backbone runs them
+//! on the blocking pool. Bounded: a replay reads at most `max` records and
+//! fails, saying so, rather than read more; a position older than what the
+//! topic still keeps fails too (the retention took it).
+
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message as _};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use tidegate_hub::backbone::{Positions, Replay};
+use tidegate_hub::Pattern;
+
+use super::codec::{decode, RecordParts};
+use super::config::ClusterConfig;
+
+/// How long one metadata or fetch request may take.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a whole replay may take.
+pub const REPLAY_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn consumer(config: &ClusterConfig) -> Result<BaseConsumer, String> {
+    let mut cc = ClientConfig::new();
+    for (k, v) in &config.properties {
+        cc.set(k, v.to_string());
+    }
+    cc.set("bootstrap.servers", &config.brokers)
+        .set("group.id", "tidegate-replay")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .create()
+        .map_err(|e| format!("backbone reader: {e}"))
+}
+
+/// (low, high) watermarks of every partition of the backbone.
+fn watermarks(c: &BaseConsumer, config: &ClusterConfig) -> Result<Vec<(i32, i64, i64)>, String> {
+    let md = c
+        .fetch_metadata(Some(&config.topic), REQUEST_TIMEOUT)
+        .map_err(|e| format!("backbone metadata: {e}"))?;
+    let ids: Vec<i32> = md
+        .topics()
+        .iter()
+        .filter(|t| t.name() == config.topic && t.error().is_none())
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    ids.into_iter()
+        .map(|p| {
+            c.fetch_watermarks(&config.topic, p, REQUEST_TIMEOUT)
+                .map(|(lo, hi)| (p, lo, hi))
+                .map_err(|e| format!("backbone partition {p}: {e}"))
+        })
+        .collect()
+}
+
+/// The end of every backbone partition now.
+pub fn positions(config: &ClusterConfig) -> Result<Positions, String> {
+    let c = consumer(config)?;
+    Ok(watermarks(&c, config)?
+        .into_iter()
+        .map(|(p, _, hi)| (p, hi))
+        .collect())
+}
+
+/// The records of `from`'s partitions from their position to their end
+/// now, decoded, those matching `patterns` kept.
+pub fn replay(
+    config: &ClusterConfig,
+    from: &Positions,
+    patterns: &[Pattern],
+    max: usize,
+) -> Result<Replay, String> {
+    let c = consumer(config)?;
+    let marks = watermarks(&c, config)?;
+    let ends: Positions = marks.iter().map(|(p, _, hi)| (*p, *hi)).collect();
+    let mut tpl = TopicPartitionList::new();
+    let mut to_read = 0i64;
+    let mut open: Positions = Positions::new();
+    for (p, lo, hi) in &marks {
+        let Some(&start) = from.get(p) else { continue };
+        if start >= *hi {
+            continue;
+        }
+        if start < *lo {
+            return Err(format!(
+                "partition {p}: offset {start} is no longer kept (oldest {lo})"
+            ));
+        }
+        to_read += hi - start;
+        open.insert(*p, *hi);
+        tpl.add_partition_offset(&config.topic, *p, Offset::Offset(start))
+            .map_err(|e| e.to_string())?;
+    }
+    if to_read > max as i64 {
+        return Err(format!(
+            "{to_read} records to read, over the limit of {max}"
+        ));
+    }
+    let mut messages = Vec::new();
+    if open.is_empty() {
+        return Ok(Replay { messages, ends });
+    }
+    c.assign(&tpl).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + REPLAY_TIMEOUT;
+    while !open.is_empty() {
+        if Instant::now() > deadline {
+            return Err("the backbone did not answer in time".to_owned());
+        }
+        let Some(r) = c.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let r = r.map_err(|e| format!("reading the backbone: {e}"))?;
+        let (p, o) = (r.partition(), r.offset());
+        let Some(&end) = open.get(&p) else { continue };
+        if o >= end {
+            open.remove(&p);
+            continue;
+        }
+        if o + 1 >= end {
+            open.remove(&p);
+        }
+        let headers = r.headers();
+        let decoded = decode(RecordParts {
+            key: r.key(),
+            value: r.payload(),
+            timestamp_ms: r.timestamp().to_millis(),
+            headers: headers
+                .into_iter()
+                .flat_map(|h| h.iter().map(|x| (x.key, x.value))),
+            partition: p,
+            offset: o,
+        });
+        if let Ok(d) = decoded {
+            if patterns.iter().any(|pat| pat.matches(&d.message.topic)) {
+                messages.push(d.message);
+            }
+        }
+    }
+    Ok(Replay { messages, ends })
+}
