@@ -84,6 +84,7 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
     }
     let mut tasks: Listeners = JoinSet::new();
 
+    let backbone = cluster.as_ref().map(|n| n.backbone.clone());
     if let Some(node) = cluster {
         let (token, c) = (shutdown.clone(), config.cluster.clone());
         let hub = hub.clone();
@@ -165,6 +166,7 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
             hub: hub.clone(),
             sinks,
             push: push.map(stats::push_sessions),
+            cluster: backbone.clone(),
         },
         shutdown.clone(),
     );
@@ -173,6 +175,10 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
     let _ = stats.await;
     hub.close();
     hub.flush_sinks(grace).await;
+    if let Some(b) = &backbone {
+        // What was published last still reaches the other nodes.
+        tidegate_hub::Sink::flush(b.sink(), grace).await;
+    }
     info!("tidegate stopped");
     result
 }

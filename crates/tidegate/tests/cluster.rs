@@ -279,6 +279,21 @@ fn a_message_published_on_one_node_reaches_subscribers_on_every_node_once_in_ord
     count = count.max(record_count(&bootstrap, "cluster-test-out").unwrap());
     assert_eq!(count, expected, "the routed sink got every message once");
     assert!(metric(http_a, "tidegate_cluster_received_own_total") >= n as f64);
+    // The dashboard's $sys.stats lists the backbone with the sinks.
+    let stats = subscriber(http_b, "$sys.stats");
+    let report = stats
+        .drain(Duration::from_secs(3))
+        .into_iter()
+        .find(|(e, _)| e == "$sys.stats")
+        .expect("a $sys.stats report")
+        .1;
+    let names: Vec<&str> = report["sinks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"cluster"), "{report}");
     assert!(metric(http_b, "tidegate_cluster_nodes_seen") >= 2.0);
 
     // `tidegate cluster status` lists both nodes from their heartbeats.

@@ -38,6 +38,9 @@ pub struct StatsSources {
     pub sinks: Vec<Arc<dyn Sink>>,
     /// Push sessions by transport.
     pub push: Option<PushSessionSource>,
+    /// Cluster mode: the backbone, reported as one more sink named
+    /// `cluster` (its producer's queue, acknowledgements and broker link).
+    pub cluster: Option<Arc<tidegate_kafka::backbone::KafkaBackbone>>,
 }
 
 impl StatsSources {
@@ -68,7 +71,7 @@ impl StatsSources {
                 bytes_out: l.bytes_out_total(),
             })
             .collect();
-        let sinks = self
+        let mut sinks: Vec<SinkTotals> = self
             .sinks
             .iter()
             .map(|s| SinkTotals {
@@ -77,6 +80,13 @@ impl StatsSources {
                 counters: s.counters(),
             })
             .collect();
+        if let Some(b) = &self.cluster {
+            sinks.push(SinkTotals {
+                name: "cluster".to_owned(),
+                health: b.sink().health(),
+                counters: b.sink().counters(),
+            });
+        }
         Sample {
             hub,
             listeners,
@@ -161,6 +171,7 @@ mod tests {
                     websocket: 0,
                     ws: 2,
                 })),
+                cluster: None,
             },
             shutdown.clone(),
         );

@@ -63,6 +63,9 @@ pub struct Plan {
     pub drain: Duration,
     /// Seed of the users' topic choice (same load for every server).
     pub seed: u64,
+    /// Publishers connect here instead of to the subscribers' server (two
+    /// nodes of a cluster: cross-node delivery).
+    pub publish_to: Option<SocketAddr>,
 }
 
 impl Plan {
@@ -402,7 +405,11 @@ pub async fn run(
     for p in 0..plan.publishers {
         let s = tokio::time::timeout(
             CONNECT_TIMEOUT,
-            ClientSession::open(plan.transport.publisher(), server, plan.users + p),
+            ClientSession::open(
+                plan.transport.publisher(),
+                plan.publish_to.unwrap_or(server),
+                plan.users + p,
+            ),
         )
         .await
         .map_err(|_| anyhow::anyhow!("publisher {p} did not connect within {CONNECT_TIMEOUT:?}"))?
@@ -545,6 +552,7 @@ mod tests {
             publishers: 2,
             drain: Duration::from_secs(1),
             seed: 7,
+            publish_to: None,
         }
     }
 

@@ -119,6 +119,10 @@ pub struct PushArgs {
     /// Seed of the users' topic choice.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Publishers connect to this `[http]` address instead of the target:
+    /// another node of a cluster, to measure cross-node delivery.
+    #[arg(long = "publish-target")]
+    pub publish_target: Option<std::net::SocketAddr>,
     /// Target (`--target` is the `[http]` address) and output options.
     #[command(flatten)]
     pub common: CommonArgs,
@@ -143,6 +147,7 @@ impl PushArgs {
             publishers: self.publishers.max(1),
             drain: Duration::from_millis(self.drain_ms),
             seed: self.seed,
+            publish_to: self.publish_target,
         }
     }
 
@@ -154,6 +159,7 @@ impl PushArgs {
             "publishers": self.publishers, "drain_ms": self.drain_ms,
             "anchor": self.anchor.map(|_| "socketio"), "idle_sessions": self.idle_sessions,
             "seed": self.seed, "rounds": self.rounds(),
+            "publish_target": self.publish_target.map(|a| a.to_string()),
         })
     }
 }
