@@ -10,6 +10,7 @@
 #   bash scripts/bench/cluster.sh                       # the defaults below
 #   bash scripts/bench/cluster.sh --publish-rate 2000   # any bench push argument
 #   CLUSTER_EXTRA='linger_ms = 5' bash scripts/bench/cluster.sh   # more [cluster] keys
+#   PROFILE_DIR=/tmp/prof bash scripts/bench/cluster.sh  # perf profile of node A too
 # Take the machine lock for it: flock /tmp/quiet.lock bash scripts/bench/cluster.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -108,6 +109,12 @@ for i in $(seq 1 50); do
     [ "$(metric "$PB" tidegate_cluster_received_total)" != "0" ] && break
 done
 a0=$(ticks "$A_PID"); b0=$(ticks "$B_PID"); k0=$(ticks "$KAFKA_PID")
+if [ -n "${PROFILE_DIR:-}" ]; then
+    # PROFILE_DIR=dir: also record node A's (the publishing node's) profile.
+    mkdir -p "$PROFILE_DIR"
+    perf record -F 499 -g -p "$A_PID" -o "$PROFILE_DIR/node-a.perf.data" -- sleep 8 \
+        > "$PROFILE_DIR/perf.log" 2>&1 &
+fi
 "$BIN" bench push --target "127.0.0.1:$PB" --publish-target "127.0.0.1:$PA" "${LOAD[@]}" --json \
     > "$WORK/cluster.json"
 a1=$(ticks "$A_PID"); b1=$(ticks "$B_PID"); k1=$(ticks "$KAFKA_PID")
