@@ -229,3 +229,70 @@ fn committed_lag(
     }
     Ok(any.then_some(lag))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_lists_partitions_and_nodes_with_their_lag() {
+        let s = ClusterStatus {
+            topic: "tidegate-backbone".into(),
+            partitions: vec![
+                PartitionStatus {
+                    partition: 0,
+                    low: 0,
+                    high: 10,
+                },
+                PartitionStatus {
+                    partition: 1,
+                    low: 5,
+                    high: 7,
+                },
+            ],
+            nodes: vec![NodeStatus {
+                heartbeat: Heartbeat {
+                    node: "web-1".into(),
+                    ts_ms: 1,
+                    lag: 3,
+                    partitions: 2,
+                    received: 12,
+                    produced: 6,
+                    version: "0.1.0".into(),
+                },
+                seen_ms_ago: 1500,
+                committed_lag: None,
+            }],
+        };
+        let text = s.to_string();
+        assert!(
+            text.starts_with("backbone tidegate-backbone: 2 partition(s), 12 record(s) kept"),
+            "{text}"
+        );
+        assert!(text.contains("partition   1: offsets 5..7"), "{text}");
+        let row = text.lines().find(|l| l.contains("web-1")).unwrap();
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cols, ["web-1", "1.5s", "3", "-", "2", "12", "6"], "{text}");
+    }
+
+    #[test]
+    fn only_heartbeats_parse_as_heartbeats() {
+        let beat = Heartbeat {
+            node: "n".into(),
+            ts_ms: 5,
+            lag: 0,
+            partitions: 1,
+            received: 0,
+            produced: 0,
+            version: "v".into(),
+        };
+        let bytes = serde_json::to_vec(&beat).unwrap();
+        assert_eq!(Heartbeat::parse(&bytes), Some(beat));
+        assert_eq!(Heartbeat::parse(b"{\"node\":1}"), None);
+        assert_eq!(
+            Heartbeat::parse(&vec![b' '; 5000]),
+            None,
+            "over the size bound"
+        );
+    }
+}
