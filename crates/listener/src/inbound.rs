@@ -22,6 +22,7 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, BytesMut};
+use futures::FutureExt;
 use thiserror::Error;
 use tidegate_hub::{BudgetPermit, InflightBudget, ListenerMetrics};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -259,6 +260,13 @@ impl Inbound {
         F: std::future::Future<Output = io::Result<T>>,
     {
         tokio::pin!(fut);
+        // Most reads of a busy connection find data already there: answer
+        // those without filing a timer (a `timeout_at` registers an entry
+        // in the timer wheel and removes it again, under its lock — a
+        // measurable share of a small-message server's CPU).
+        if let Some(r) = fut.as_mut().now_or_never() {
+            return Ok(r?);
+        }
         loop {
             let (deadline, partial) = match (self.partial_since, self.frame) {
                 (Some(since), Some(frame)) => (Some(since + frame), true),
