@@ -40,6 +40,19 @@ pub struct ServerUnderTest {
     _dir: TempDir,
 }
 
+/// Names the `tidegate` binary a bench spawns as the server under test,
+/// when it is not this executable: same-command before/after comparisons
+/// run one client against an older build's server.
+pub const SERVER_EXE_ENV: &str = "TIDEGATE_BENCH_SERVER";
+
+/// The server binary: `$TIDEGATE_BENCH_SERVER`, else this executable.
+fn server_exe() -> anyhow::Result<std::path::PathBuf> {
+    match std::env::var_os(SERVER_EXE_ENV) {
+        Some(p) if !p.is_empty() => Ok(p.into()),
+        _ => std::env::current_exe().context("locating the tidegate executable"),
+    }
+}
+
 impl ServerUnderTest {
     /// Starts `tidegate serve` with every listener on a free port plus
     /// `extra_toml` (routes, sinks, protocol options — sections other than the
@@ -82,7 +95,7 @@ impl ServerUnderTest {
         let config = merge_sections(&config);
         let path = dir.path.join("tidegate.toml");
         std::fs::File::create(&path)?.write_all(config.as_bytes())?;
-        let exe = std::env::current_exe().context("locating the tidegate executable")?;
+        let exe = server_exe()?;
         let child = Command::new(exe)
             .arg("serve")
             .arg("--config")

@@ -27,6 +27,11 @@ pub const DEFAULT_MAX_SESSIONS: usize = 100_000;
 pub const DEFAULT_RECOVERY_WINDOW_MS: u64 = 0;
 /// Default number of events a session keeps for replay after sending them.
 pub const DEFAULT_RECOVERY_HISTORY: usize = 1024;
+/// Default time a session holds its first pending packet before writing:
+/// 0, every wake-up writes at once.
+pub const DEFAULT_WRITE_DELAY_MS: u64 = 0;
+/// Largest `write_delay_ms` accepted: it adds to every delivery's latency.
+pub const MAX_WRITE_DELAY_MS: u64 = 1000;
 
 /// How connections are authenticated.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,6 +94,12 @@ pub struct PushConfig {
     /// Events a session keeps after sending them (and while parked), for
     /// replay to a recovering client.
     pub recovery_history: usize,
+    /// Milliseconds a session holds its first pending packet so that what
+    /// arrives meanwhile goes out in the same write: one websocket flush,
+    /// or one long-poll answer (a GET that had to wait). Trades up to this
+    /// much latency for fewer writes and requests when each session gets
+    /// many messages a second; 0 writes at once.
+    pub write_delay_ms: u64,
 }
 
 impl Default for PushConfig {
@@ -111,6 +122,7 @@ impl Default for PushConfig {
             allowed_origins: Vec::new(),
             recovery_window_ms: DEFAULT_RECOVERY_WINDOW_MS,
             recovery_history: DEFAULT_RECOVERY_HISTORY,
+            write_delay_ms: DEFAULT_WRITE_DELAY_MS,
         }
     }
 }
@@ -127,6 +139,11 @@ impl PushConfig {
     /// Whether connection state recovery is on.
     pub fn recovery(&self) -> bool {
         self.recovery_window_ms > 0
+    }
+
+    /// How long a session holds its first pending packet (`write_delay_ms`).
+    pub fn write_delay(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.write_delay_ms)
     }
 
     /// Whether Socket.IO namespace `nsp` exists.
@@ -170,6 +187,11 @@ impl PushConfig {
         }
         if self.recovery_window_ms > 0 && self.recovery_history == 0 {
             return Some("recovery_history must be at least 1 when recovery_window_ms > 0".into());
+        }
+        if self.write_delay_ms > MAX_WRITE_DELAY_MS {
+            return Some(format!(
+                "write_delay_ms must be at most {MAX_WRITE_DELAY_MS} (it adds to every delivery's latency)"
+            ));
         }
         if let Some(n) = self.namespaces.iter().find(|n| !n.starts_with('/')) {
             return Some(format!("namespaces: {n:?} must start with '/'"));

@@ -1,16 +1,19 @@
 //! One Engine.IO session's shared state: its outbox (packets waiting for a
 //! transport to write them), which transport carries it, and whether a poll
-//! or a websocket is attached. Transports drain the outbox; the session task
-//! fills it.
+//! or a websocket is attached. The session task fills the outbox; a pending
+//! polling GET drains it, and once a websocket is attached the session task
+//! takes the socket's writing half ([`EngineSession::take_ws_writer`]) and
+//! writes the outbox itself, so a delivery costs one task wake-up, not two.
 //!
 //! No lock here is held across an `.await`.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use axum::extract::ws::Utf8Bytes;
+use axum::extract::ws::{Utf8Bytes, WebSocket};
 use base64::Engine as _;
 use bytes::Bytes;
+use futures::stream::SplitSink;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
@@ -27,6 +30,9 @@ pub const OUTBOX_SOFT_LIMIT: usize = 1024;
 pub const OUTBOX_HARD_LIMIT: usize = 8 * OUTBOX_SOFT_LIMIT;
 /// Client packets waiting for the session task; a full queue stops reading.
 pub const INBOUND_QUEUE: usize = 64;
+
+/// The writing half of a session's websocket.
+pub type WsWriter = SplitSink<WebSocket, axum::extract::ws::Message>;
 
 /// A packet waiting to be written, already encoded.
 #[derive(Debug, Clone)]
@@ -82,6 +88,8 @@ struct State {
     enqueued: u64,
     /// Packets handed to polling answers since the session opened.
     polled_out: u64,
+    /// A websocket's writing half, until the session task takes it.
+    ws_writer: Option<WsWriter>,
 }
 
 /// What a polling GET gets.
@@ -103,6 +111,8 @@ pub struct EngineSession {
     writable: Notify,
     /// Wakes the session task when the outbox drained.
     drained: Notify,
+    /// Wakes the session task when a websocket writer was attached.
+    writer_ready: Notify,
     inbound: mpsc::Sender<EioPacket>,
     closed: CancellationToken,
     /// Packets the client has shown it received (the first N queued): a new
@@ -127,9 +137,11 @@ impl EngineSession {
                 closed: false,
                 enqueued: 0,
                 polled_out: 0,
+                ws_writer: None,
             }),
             writable: Notify::new(),
             drained: Notify::new(),
+            writer_ready: Notify::new(),
             inbound: tx,
             closed: CancellationToken::new(),
             confirmed: AtomicU64::new(0),
@@ -290,6 +302,29 @@ impl EngineSession {
     pub fn take_all(&self, into: &mut Vec<Outgoing>) {
         into.extend(self.state.lock().outbox.drain(..));
         self.drained.notify_one();
+    }
+
+    /// Hands the websocket's writing half to the session task, which from
+    /// now on writes the outbox itself. Gives it back if the session ended.
+    pub fn attach_ws_writer(&self, w: WsWriter) -> Result<(), WsWriter> {
+        let mut st = self.state.lock();
+        if st.closed {
+            return Err(w);
+        }
+        st.ws_writer = Some(w);
+        drop(st);
+        self.writer_ready.notify_one();
+        Ok(())
+    }
+
+    /// The websocket writer attached since the last call, if any.
+    pub fn take_ws_writer(&self) -> Option<WsWriter> {
+        self.state.lock().ws_writer.take()
+    }
+
+    /// Resolves when a websocket writer may have been attached.
+    pub async fn writer_ready(&self) {
+        self.writer_ready.notified().await
     }
 
     /// Whether polling requests are still allowed (not upgraded).

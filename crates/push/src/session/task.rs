@@ -4,6 +4,12 @@
 //! the session's hub queue only while the outbox has room, so a slow client
 //! leaves them in the bounded hub queue where the overflow policy applies.
 //!
+//! Once a websocket carries the session, this task also writes it: after
+//! each wake-up it drains the outbox into the socket with one flush, so a
+//! delivery wakes one task (this one), not a writer task as well. A write
+//! that cannot complete within pingTimeout (the client reads nothing) ends
+//! the session like a lost transport.
+//!
 //! With recovery on, a session whose transport is lost is parked
 //! ([`crate::recovery::park`]), and one whose client reconnected elsewhere
 //! hands its state over.
@@ -12,11 +18,14 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::ws::Message;
+use futures::SinkExt;
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 use tracing::debug;
 
-use super::engine::{EngineSession, OUTBOX_SOFT_LIMIT};
+use super::engine::{EngineSession, Outgoing, WsWriter, OUTBOX_SOFT_LIMIT};
+use super::flush::FlushTimer;
 use crate::app::App;
 use crate::context::PushContext;
 use crate::engineio::packet::EioPacket;
@@ -57,7 +66,21 @@ pub async fn run(
     // packets queued before the outstanding ping.
     let mut marks: VecDeque<(u64, u64)> = VecDeque::new();
     let mut ping_mark = 0u64;
+    let mut ws: Option<WsWriter> = None;
+    let mut written: Vec<Outgoing> = Vec::new();
+    let mut flush = FlushTimer::new(ctx.config.write_delay());
     let end = loop {
+        if ws.is_none() {
+            ws = session.take_ws_writer();
+        }
+        if let Some(tx) = ws.as_mut() {
+            if flush.due(session.outbox_len()) {
+                if !write_outbox(tx, &session, &mut written, timeout).await {
+                    break End::Lost("websocket write failed or stalled past pingTimeout".into());
+                }
+                flush.done();
+            }
+        }
         let confirmed = session.confirmed();
         let mut upto = None;
         while marks.front().is_some_and(|m| m.0 <= confirmed) {
@@ -123,10 +146,14 @@ pub async fn run(
                 }
             }
             _ = session.drained(), if take == 0 => {}
+            _ = session.writer_ready(), if ws.is_none() => {}
+            _ = flush.wait(), if flush.is_armed() => {}
         }
     };
     session.close();
     ctx.sessions.remove(&session.sid);
+    // A writer attached after the last look goes with the session.
+    let ws = ws.or_else(|| session.take_ws_writer());
     match end {
         End::Lost(reason) => {
             debug!(sid = %session.sid, %reason, "engine.io session ended");
@@ -143,4 +170,37 @@ pub async fn run(
             }
         }
     }
+    if let Some(mut tx) = ws {
+        // Tell the client, briefly: a peer that reads nothing is not waited for.
+        let _ = tokio::time::timeout(CLOSE_FRAME_WAIT, tx.send(Message::Close(None))).await;
+    }
+}
+
+/// How long the closing websocket frame may take to be written.
+const CLOSE_FRAME_WAIT: Duration = Duration::from_millis(500);
+
+/// Writes everything queued to the websocket and flushes once; false when
+/// the socket failed or the write stalled past `timeout`.
+async fn write_outbox(
+    tx: &mut WsWriter,
+    session: &EngineSession,
+    batch: &mut Vec<Outgoing>,
+    timeout: Duration,
+) -> bool {
+    session.take_all(batch);
+    if batch.is_empty() {
+        return true;
+    }
+    let write = async {
+        for o in batch.drain(..) {
+            tx.feed(o.ws_message()).await?;
+        }
+        tx.flush().await
+    };
+    let ok = matches!(tokio::time::timeout(timeout, write).await, Ok(Ok(())));
+    if !ok {
+        debug!(sid = %session.sid, "websocket write failed or the client read nothing within pingTimeout");
+    }
+    batch.clear();
+    ok
 }

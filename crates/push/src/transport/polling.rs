@@ -1,5 +1,6 @@
 //! HTTP long-polling: a GET waits for the session's outbox and answers with
-//! everything queued within maxPayload (one `\x1e`-joined body); a POST
+//! everything queued within maxPayload (one `\x1e`-joined body) — after
+//! holding the first packet `[push] write_delay_ms`, when set; a POST
 //! carries client packets. One GET and one POST at a time: a second
 //! concurrent one is a 400 and closes the session (spec). Polling after an
 //! upgrade is a 400.
@@ -83,14 +84,26 @@ async fn get(s: &EngineSession, ctx: &PushContext) -> Response {
         + MAX_POLL_WAIT.min(Duration::from_millis(
             ctx.config.ping_interval_ms + ctx.config.ping_timeout_ms,
         ));
+    let delay = ctx.config.write_delay();
+    let mut waited = false;
     loop {
+        if waited && !delay.is_zero() && s.outbox_len() > 0 {
+            // The first packet for a GET that had to wait: hold the answer
+            // `write_delay_ms` so what arrives meanwhile rides along.
+            waited = false;
+            let until = deadline.min(tokio::time::Instant::now() + delay);
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => {}
+                _ = s.closed() => {}
+            }
+        }
         let wake = s.writable();
         match s.poll(ctx.config.max_payload) {
             PollAnswer::Payload(b) => return text_response(b),
             PollAnswer::Wait => {}
         }
         tokio::select! {
-            _ = wake => {}
+            _ = wake => waited = true,
             _ = s.closed() => {}
             _ = tokio::time::sleep_until(deadline) => return text_response(b"6".to_vec()),
         }

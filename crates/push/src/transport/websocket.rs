@@ -2,7 +2,8 @@
 //! as raw binary frames). A session opened on websocket starts with the
 //! open packet; a polling session upgrades with the probe (`2probe` →
 //! `3probe`, the pending GET released with `6`, then the client's `5`).
-//! The writer drains everything queued and flushes once per wake-up.
+//! The session task writes (everything queued, one flush per wake-up);
+//! this side reads.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use std::time::Duration;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::response::Response;
 use futures::stream::SplitStream;
-use futures::{SinkExt, StreamExt};
+use futures::StreamExt;
 use tidegate_hub::UpgradedBytes;
 use tracing::debug;
 
@@ -18,7 +19,7 @@ use super::refuse;
 use crate::context::PushContext;
 use crate::engineio::handshake::HandshakeError;
 use crate::engineio::packet::EioPacket;
-use crate::session::{EngineSession, Outgoing};
+use crate::session::EngineSession;
 
 /// Bytes a websocket reads per read call. tungstenite zero-fills this much
 /// of its read buffer on every read attempt, even one that finds nothing,
@@ -33,11 +34,6 @@ fn limits(ws: WebSocketUpgrade, ctx: &PushContext) -> WebSocketUpgrade {
         .read_buffer_size(WS_READ_BUFFER)
 }
 
-/// How long one batch may take to be written: the client's pingTimeout.
-fn write_timeout(ctx: &PushContext) -> Duration {
-    Duration::from_millis(ctx.config.ping_timeout_ms)
-}
-
 /// A session opened directly on websocket.
 pub fn serve_new(
     ws: WebSocketUpgrade,
@@ -48,7 +44,7 @@ pub fn serve_new(
 ) -> Response {
     limits(ws, &ctx).on_upgrade(move |mut socket| async move {
         if socket.send(Message::text(open_text)).await.is_ok() {
-            run(socket, &s, write_timeout(&ctx), upgraded).await;
+            run(socket, &s, upgraded).await;
         }
         s.close();
     })
@@ -68,7 +64,7 @@ pub fn serve_upgrade(
     let timeout = Duration::from_millis(ctx.config.upgrade_timeout_ms);
     limits(ws, &ctx).on_upgrade(move |mut socket| async move {
         match tokio::time::timeout(timeout, probe(&mut socket, &s)).await {
-            Ok(true) => run(socket, &s, write_timeout(&ctx), upgraded).await,
+            Ok(true) => run(socket, &s, upgraded).await,
             _ => {
                 debug!(sid = %s.sid, "websocket upgrade failed; session stays on polling");
                 s.abort_upgrade();
@@ -101,57 +97,20 @@ async fn probe(socket: &mut WebSocket, s: &EngineSession) -> bool {
     false
 }
 
-/// Moves packets both ways until either side ends (the writer ends, with a
-/// close frame, when the session closes). A write that cannot complete within `write_timeout` (the client reads
-/// nothing) ends it: the session task then sees the transport gone.
+/// Hands the socket's writing half to the session task (which writes the
+/// outbox from then on, see [`crate::session::task`]) and reads client
+/// packets into the session until either side ends.
 ///
 /// `upgraded` holds the in-flight budget bytes the server took for what this
 /// socket read; they go back once each message has been handled.
-async fn run(
-    socket: WebSocket,
-    s: &Arc<EngineSession>,
-    write_timeout: Duration,
-    upgraded: Option<UpgradedBytes>,
-) {
-    let (mut tx, rx) = socket.split();
-    // The reader is a task of its own, polled when the client sends
-    // something — not on every delivery wake-up of the writer, where each
-    // poll cost a read attempt (tungstenite zero-fills its read buffer on
-    // each) and the split halves' lock.
-    let mut reader = tokio::spawn(read_packets(rx, s.clone(), upgraded));
-    let writer = async {
-        let mut batch: Vec<Outgoing> = Vec::new();
-        loop {
-            let wake = s.writable();
-            s.take_all(&mut batch);
-            if !batch.is_empty() {
-                let write = async {
-                    for o in batch.drain(..) {
-                        tx.feed(o.ws_message()).await?;
-                    }
-                    tx.flush().await
-                };
-                match tokio::time::timeout(write_timeout, write).await {
-                    Ok(Ok(())) => continue,
-                    Ok(Err(_)) => return,
-                    Err(_) => {
-                        debug!(sid = %s.sid, "websocket client read nothing within pingTimeout; closing");
-                        return;
-                    }
-                }
-            }
-            if s.is_closed() {
-                let _ = tx.send(Message::Close(None)).await;
-                return;
-            }
-            wake.await;
+async fn run(socket: WebSocket, s: &Arc<EngineSession>, upgraded: Option<UpgradedBytes>) {
+    let (tx, rx) = socket.split();
+    if s.attach_ws_writer(tx).is_ok() {
+        tokio::select! {
+            _ = read_packets(rx, s.clone(), upgraded) => {}
+            _ = s.closed() => {}
         }
-    };
-    tokio::select! {
-        _ = &mut reader => {}
-        _ = writer => {}
     }
-    reader.abort();
     s.close();
 }
 

@@ -27,6 +27,7 @@ use crate::auth::Grants;
 use crate::context::PushContext;
 use crate::engineio::handshake::query_param;
 use crate::recovery::park::park;
+use crate::session::flush::FlushTimer;
 use crate::session::task::DELIVERY_BATCH;
 
 /// WebSocket close code "policy violation": a slow consumer, a refused token.
@@ -114,12 +115,14 @@ async fn serve(
     // The newest offset written before the outstanding ping: its pong
     // shows the client got everything up to it (recovery on).
     let mut ping_offset = None;
+    let mut flush = FlushTimer::new(ctx.config.write_delay());
     let end = loop {
         // One flush for everything the last wake-up produced. A client
         // that does not read stalls the write; one that lets a frame wait
         // longer than the ping timeout is as dead as one that sends no
         // pong, and its backlog stays in the bounded hub queue meanwhile.
-        if !out.is_empty() {
+        if flush.due(out.len()) {
+            flush.done();
             let write = async {
                 for o in out.drain(..) {
                     tx.feed(frame(o)).await?;
@@ -180,6 +183,7 @@ async fn serve(
                 let _ = tx.send(close(CLOSE_GOING_AWAY, "ping timeout".into())).await;
                 break End::Lost;
             }
+            _ = flush.wait(), if flush.is_armed() => {}
             _ = async { handle.as_ref().expect("guarded").requested().await }, if handle.is_some() => {
                 let _ = tx.send(close(CLOSE_POLICY, "session recovered by another connection".into())).await;
                 break End::TakenOver;

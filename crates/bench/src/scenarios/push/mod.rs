@@ -123,6 +123,11 @@ pub struct PushArgs {
     /// another node of a cluster, to measure cross-node delivery.
     #[arg(long = "publish-target")]
     pub publish_target: Option<std::net::SocketAddr>,
+    /// `[push] write_delay_ms` of the spawned Tidegate server (how long a
+    /// session holds its first pending packet to write more at once; the
+    /// npm anchor has no such setting).
+    #[arg(long = "write-delay-ms", default_value_t = 0)]
+    pub write_delay_ms: u64,
     /// Target (`--target` is the `[http]` address) and output options.
     #[command(flatten)]
     pub common: CommonArgs,
@@ -160,6 +165,7 @@ impl PushArgs {
             "anchor": self.anchor.map(|_| "socketio"), "idle_sessions": self.idle_sessions,
             "seed": self.seed, "rounds": self.rounds(),
             "publish_target": self.publish_target.map(|a| a.to_string()),
+            "write_delay_ms": self.write_delay_ms,
         })
     }
 }
@@ -222,8 +228,14 @@ pub async fn run(args: &PushArgs) -> anyhow::Result<()> {
 
 fn tidegate_toml(args: &PushArgs) -> String {
     let conns = args.users * 2 + args.publishers + args.idle_sessions + 1000;
+    // Only when set: a server from before the key (TIDEGATE_BENCH_SERVER)
+    // refuses keys it does not know.
+    let delay = match args.write_delay_ms {
+        0 => String::new(),
+        ms => format!("write_delay_ms = {ms}\n"),
+    };
     format!(
-        "[http]\nmax_connections = {conns}\n[push]\nmax_sessions = {}\n",
+        "[http]\nmax_connections = {conns}\n[push]\nmax_sessions = {}\n{delay}",
         conns.max(100_000)
     )
 }

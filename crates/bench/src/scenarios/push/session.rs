@@ -138,8 +138,9 @@ impl ClientSession {
         }
     }
 
-    /// Reads what the server sent next (one polling response, or one
-    /// websocket message) and calls `f` with each application packet.
+    /// Reads what the server sent next (one polling response, or every
+    /// websocket message one socket read brought) and calls `f` with each
+    /// application packet.
     /// `Ok(false)` when the server closed the session. Cancel-safe for
     /// websockets; a cancelled poll loses that response.
     pub async fn recv(&mut self, f: &mut impl FnMut(&[u8])) -> io::Result<bool> {
@@ -159,27 +160,39 @@ impl ClientSession {
                 }
                 Ok(true)
             }
-            Inner::EngineWs(ws) => match ws.next_message().await? {
-                WsMessage::Text(t) => {
-                    match t.first() {
-                        Some(b'4') => f(&t[1..]),
-                        Some(b'2') => self.pongs_due += 1,
-                        Some(b'1') => return Ok(false),
-                        _ => {}
+            Inner::EngineWs(ws) => {
+                let mut m = ws.next_message().await?;
+                loop {
+                    match m {
+                        WsMessage::Text(t) => match t.first() {
+                            Some(b'4') => f(&t[1..]),
+                            Some(b'2') => self.pongs_due += 1,
+                            Some(b'1') => return Ok(false),
+                            _ => {}
+                        },
+                        WsMessage::Binary(_) => {}
+                        WsMessage::Close => return Ok(false),
                     }
-                    Ok(true)
+                    match ws.next_buffered()? {
+                        Some(next) => m = next,
+                        None => return Ok(true),
+                    }
                 }
-                WsMessage::Binary(_) => Ok(true),
-                WsMessage::Close => Ok(false),
-            },
-            Inner::PlainWs(ws) => match ws.next_message().await? {
-                WsMessage::Text(t) => {
-                    f(&t);
-                    Ok(true)
+            }
+            Inner::PlainWs(ws) => {
+                let mut m = ws.next_message().await?;
+                loop {
+                    match m {
+                        WsMessage::Text(t) => f(&t),
+                        WsMessage::Binary(_) => {}
+                        WsMessage::Close => return Ok(false),
+                    }
+                    match ws.next_buffered()? {
+                        Some(next) => m = next,
+                        None => return Ok(true),
+                    }
                 }
-                WsMessage::Binary(_) => Ok(true),
-                WsMessage::Close => Ok(false),
-            },
+            }
         }
     }
 

@@ -126,6 +126,11 @@ impl WsConn {
         self.rd.next_message().await
     }
 
+    /// The next message already read (see [`WsReader::next_buffered`]).
+    pub fn next_buffered(&mut self) -> io::Result<Option<WsMessage>> {
+        self.rd.next_buffered()
+    }
+
     /// Answers the pings the reader saw.
     pub async fn answer_pings(&mut self) -> io::Result<()> {
         for p in std::mem::take(&mut self.rd.pings) {
@@ -190,47 +195,8 @@ impl WsReader {
     /// The next whole message (pings noted for [`WsReader::take_pings`]).
     pub async fn next_message(&mut self) -> io::Result<WsMessage> {
         loop {
-            while let Some((fin, opcode, payload)) = self.parse_frame()? {
-                match opcode {
-                    0x9 => {
-                        if self.pings.len() >= 64 {
-                            return Err(bad("pings pile up unanswered"));
-                        }
-                        self.pings.push(payload);
-                    }
-                    0xA => {}
-                    0x8 => return Ok(WsMessage::Close),
-                    0x1 | 0x2 if fin && self.partial.is_none() => {
-                        return Ok(if opcode == 0x1 {
-                            WsMessage::Text(payload)
-                        } else {
-                            WsMessage::Binary(payload)
-                        });
-                    }
-                    0x1 | 0x2 if self.partial.is_none() => {
-                        self.partial = Some((opcode == 0x1, BytesMut::from(&payload[..])));
-                    }
-                    0x0 => {
-                        let Some((text, mut acc)) = self.partial.take() else {
-                            return Err(bad("continuation without a first frame"));
-                        };
-                        if acc.len() + payload.len() > MAX_MESSAGE {
-                            return Err(bad("message too large"));
-                        }
-                        acc.extend_from_slice(&payload);
-                        if !fin {
-                            self.partial = Some((text, acc));
-                            continue;
-                        }
-                        let b = acc.freeze();
-                        return Ok(if text {
-                            WsMessage::Text(b)
-                        } else {
-                            WsMessage::Binary(b)
-                        });
-                    }
-                    _ => return Err(bad(format!("unexpected opcode {opcode}"))),
-                }
+            if let Some(m) = self.next_buffered()? {
+                return Ok(m);
             }
             let n = self.half.read_buf(&mut self.buf).await?;
             if n == 0 {
@@ -238,6 +204,55 @@ impl WsReader {
             }
             self.bytes_read += n as u64;
         }
+    }
+
+    /// The next whole message already in the read buffer, without reading
+    /// the socket: a subscriber handles everything one read brought in one
+    /// go (pings noted for [`WsReader::take_pings`]).
+    pub fn next_buffered(&mut self) -> io::Result<Option<WsMessage>> {
+        while let Some((fin, opcode, payload)) = self.parse_frame()? {
+            match opcode {
+                0x9 => {
+                    if self.pings.len() >= 64 {
+                        return Err(bad("pings pile up unanswered"));
+                    }
+                    self.pings.push(payload);
+                }
+                0xA => {}
+                0x8 => return Ok(Some(WsMessage::Close)),
+                0x1 | 0x2 if fin && self.partial.is_none() => {
+                    return Ok(Some(if opcode == 0x1 {
+                        WsMessage::Text(payload)
+                    } else {
+                        WsMessage::Binary(payload)
+                    }));
+                }
+                0x1 | 0x2 if self.partial.is_none() => {
+                    self.partial = Some((opcode == 0x1, BytesMut::from(&payload[..])));
+                }
+                0x0 => {
+                    let Some((text, mut acc)) = self.partial.take() else {
+                        return Err(bad("continuation without a first frame"));
+                    };
+                    if acc.len() + payload.len() > MAX_MESSAGE {
+                        return Err(bad("message too large"));
+                    }
+                    acc.extend_from_slice(&payload);
+                    if !fin {
+                        self.partial = Some((text, acc));
+                        continue;
+                    }
+                    let b = acc.freeze();
+                    return Ok(Some(if text {
+                        WsMessage::Text(b)
+                    } else {
+                        WsMessage::Binary(b)
+                    }));
+                }
+                _ => return Err(bad(format!("unexpected opcode {opcode}"))),
+            }
+        }
+        Ok(None)
     }
 
     /// One frame from the buffer, if whole: (fin, opcode, payload).

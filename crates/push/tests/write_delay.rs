@@ -1,0 +1,153 @@
+//! `[push] write_delay_ms`: a session holds its first pending packet that
+//! long and sends what arrived meanwhile in the same write — one long-poll
+//! answer, one websocket flush (Engine.IO websocket and `/ws`).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Server;
+use tidegate_hub::Message;
+use tidegate_push::PushConfig;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const SIO: &str = "/socket.io/";
+const DELAY_MS: u64 = 500;
+
+fn delayed() -> PushConfig {
+    PushConfig {
+        write_delay_ms: DELAY_MS,
+        ..PushConfig::default()
+    }
+}
+
+/// Publishes `1` on `d.x`, then `2` 100 ms later; returns when `1` went out.
+async fn publish_two(s: &Server) -> Instant {
+    let t0 = Instant::now();
+    s.ctx.hub.publish(Message::new("d.x", "1")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    s.ctx.hub.publish(Message::new("d.x", "2")).await.unwrap();
+    t0
+}
+
+#[tokio::test]
+async fn a_waiting_poll_is_answered_once_with_everything_the_delay_gathered() {
+    let s = Server::start(delayed()).await;
+    let sid = s.open(SIO).await;
+    assert_eq!(s.post(SIO, &sid, b"40").await.0, 200);
+    assert!(s.get(SIO, &sid).await.1.starts_with(b"40"));
+    assert_eq!(
+        s.post(SIO, &sid, br#"421["subscribe",["d.>"]]"#).await.0,
+        200
+    );
+    assert!(s.get(SIO, &sid).await.1.starts_with(b"431"));
+    // A GET waits; the first message arrives, the second 100 ms later.
+    let ((st, body), t0) = tokio::join!(s.get(SIO, &sid), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        publish_two(&s).await
+    });
+    let waited = t0.elapsed();
+    assert_eq!(st, 200);
+    assert_eq!(
+        body, b"42[\"d.x\",1]\x1e42[\"d.x\",2]",
+        "both in one answer"
+    );
+    assert!(
+        waited >= Duration::from_millis(DELAY_MS - 50),
+        "answered after {waited:?}, before the delay"
+    );
+}
+
+/// A websocket handshake on raw TCP; the stream after the 101 head.
+async fn raw_ws(s: &Server, path: &str) -> TcpStream {
+    let mut t = TcpStream::connect(s.addr).await.unwrap();
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    t.write_all(req.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut b = [0u8; 1];
+        assert_eq!(t.read(&mut b).await.unwrap(), 1);
+        head.push(b[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101"));
+    t
+}
+
+/// A client text frame (masked with a zero key, so the payload goes as is).
+async fn send_text(t: &mut TcpStream, text: &str) {
+    assert!(text.len() < 126);
+    let mut f = vec![0x81, 0x80 | text.len() as u8, 0, 0, 0, 0];
+    f.extend_from_slice(text.as_bytes());
+    t.write_all(&f).await.unwrap();
+}
+
+/// Reads one short server text frame.
+async fn read_text(t: &mut TcpStream) -> String {
+    let mut h = [0u8; 2];
+    t.read_exact(&mut h).await.unwrap();
+    assert_eq!(h[0], 0x81, "a text frame");
+    assert!(h[1] < 126, "a short frame");
+    let mut body = vec![0u8; h[1] as usize];
+    t.read_exact(&mut body).await.unwrap();
+    String::from_utf8(body).unwrap()
+}
+
+/// The short text frames of what one read returned.
+fn frames(mut b: &[u8]) -> Vec<String> {
+    let mut out = Vec::new();
+    while b.len() >= 2 {
+        assert_eq!(b[0], 0x81, "a text frame");
+        let n = b[1] as usize;
+        out.push(String::from_utf8(b[2..2 + n].to_vec()).unwrap());
+        b = &b[2 + n..];
+    }
+    out
+}
+
+/// Publishes two messages 100 ms apart; both must come in the first read,
+/// not before the delay.
+async fn both_in_one_write(s: &Server, t: &mut TcpStream) -> Vec<String> {
+    let t0 = publish_two(s).await;
+    let mut buf = vec![0u8; 4096];
+    let n = t.read(&mut buf).await.unwrap();
+    let waited = t0.elapsed();
+    assert!(
+        waited >= Duration::from_millis(DELAY_MS - 50),
+        "written after {waited:?}, before the delay"
+    );
+    frames(&buf[..n])
+}
+
+#[tokio::test]
+async fn a_socket_io_websocket_flushes_what_the_delay_gathered_at_once() {
+    let s = Server::start(delayed()).await;
+    let mut t = raw_ws(&s, "/socket.io/?EIO=4&transport=websocket").await;
+    assert!(read_text(&mut t).await.starts_with('0'));
+    send_text(&mut t, "40").await;
+    assert!(read_text(&mut t).await.starts_with("40"));
+    send_text(&mut t, r#"421["subscribe",["d.>"]]"#).await;
+    assert!(read_text(&mut t).await.starts_with("431"));
+    assert_eq!(
+        both_in_one_write(&s, &mut t).await,
+        [r#"42["d.x",1]"#, r#"42["d.x",2]"#]
+    );
+}
+
+#[tokio::test]
+async fn a_ws_connection_flushes_what_the_delay_gathered_at_once() {
+    let s = Server::start(delayed()).await;
+    let mut t = raw_ws(&s, "/ws").await;
+    send_text(&mut t, r#"{"op":"subscribe","patterns":["d.>"]}"#).await;
+    assert!(read_text(&mut t).await.contains("subscribed"));
+    assert_eq!(
+        both_in_one_write(&s, &mut t).await,
+        [
+            r#"{"op":"message","topic":"d.x","payload":1}"#,
+            r#"{"op":"message","topic":"d.x","payload":2}"#
+        ]
+    );
+}
