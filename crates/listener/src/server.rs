@@ -238,7 +238,10 @@ impl Listener {
                 async move {
                     let _slot = slot;
                     let _open = metrics.connection();
-                    let Some(conn) = accepted.handshake().await else {
+                    // Boxed: a TLS handshake's state is large and over
+                    // once the session starts; inline, every connection's
+                    // task would keep room for it as long as it lives.
+                    let Some(conn) = Box::pin(accepted.handshake()).await else {
                         return;
                     };
                     let ran = std::panic::AssertUnwindSafe(session(conn))

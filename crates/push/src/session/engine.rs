@@ -31,6 +31,12 @@ pub const OUTBOX_HARD_LIMIT: usize = 8 * OUTBOX_SOFT_LIMIT;
 /// Client packets waiting for the session task; a full queue stops reading.
 pub const INBOUND_QUEUE: usize = 64;
 
+/// A client packet on its way to the session task, boxed: the channel
+/// allocates its first block of slots with the session, and a slot of a
+/// pointer instead of a whole packet saves about 1 KiB per idle session
+/// (client packets are rare next to deliveries).
+pub type Inbound = Box<EioPacket>;
+
 /// The writing half of a session's websocket.
 pub type WsWriter = SplitSink<WebSocket, axum::extract::ws::Message>;
 
@@ -113,7 +119,7 @@ pub struct EngineSession {
     drained: Notify,
     /// Wakes the session task when a websocket writer was attached.
     writer_ready: Notify,
-    inbound: mpsc::Sender<EioPacket>,
+    inbound: mpsc::Sender<Inbound>,
     closed: CancellationToken,
     /// Packets the client has shown it received (the first N queued): a new
     /// GET vouches for every earlier answer, a pong for what preceded its
@@ -123,7 +129,7 @@ pub struct EngineSession {
 
 impl EngineSession {
     /// A session on `transport`, and the receiver of its client packets.
-    pub fn new(sid: String, transport: Transport) -> (Self, mpsc::Receiver<EioPacket>) {
+    pub fn new(sid: String, transport: Transport) -> (Self, mpsc::Receiver<Inbound>) {
         let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
         let s = EngineSession {
             sid,
@@ -237,7 +243,7 @@ impl EngineSession {
     /// Hands a client packet to the session task (waits while its queue is
     /// full). False if the session is gone.
     pub async fn receive(&self, p: EioPacket) -> bool {
-        self.inbound.send(p).await.is_ok()
+        self.inbound.send(Box::new(p)).await.is_ok()
     }
 
     /// Marks a polling GET as pending; false if one already is (the spec's

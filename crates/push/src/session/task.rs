@@ -51,7 +51,7 @@ pub const RECEIPT_MARKS: usize = 256;
 /// Runs the session until it closes, then forgets it.
 pub async fn run(
     session: Arc<EngineSession>,
-    mut inbound: mpsc::Receiver<EioPacket>,
+    mut inbound: mpsc::Receiver<super::engine::Inbound>,
     mut app: App,
     ctx: Arc<PushContext>,
 ) {
@@ -100,7 +100,7 @@ pub async fn run(
             }
             p = inbound.recv() => {
                 let Some(p) = p else { break End::Lost("transport gone".into()) };
-                let r = match p {
+                let r = match *p {
                     EioPacket::Pong(_) => {
                         // Everything queued before the ping was processed.
                         session.confirm(ping_mark);
@@ -108,8 +108,10 @@ pub async fn run(
                         next_ping = Instant::now() + interval;
                         Ok(())
                     }
-                    EioPacket::Message(t) => app.on_text(t, &session, &ctx).await,
-                    EioPacket::Binary(b) => app.on_binary(b, &session, &ctx).await,
+                    // Boxed: these futures are large and short-lived; inline
+                    // they would grow every idle session's task by their size.
+                    EioPacket::Message(t) => Box::pin(app.on_text(t, &session, &ctx)).await,
+                    EioPacket::Binary(b) => Box::pin(app.on_binary(b, &session, &ctx)).await,
                     EioPacket::Close => break End::Lost("client closed".into()),
                     // Pings from clients are not part of v4; noops and
                     // stray upgrades carry nothing.

@@ -21,12 +21,13 @@ use crate::engineio::handshake::HandshakeError;
 use crate::engineio::packet::EioPacket;
 use crate::session::EngineSession;
 
-/// Bytes a websocket reads per read call. tungstenite zero-fills this much
-/// of its read buffer on every read attempt, even one that finds nothing,
-/// and keeps it allocated: its 128 KiB default cost a 128 KiB memset per
-/// wake-up of every session and 128 KiB of memory per idle one. Client
-/// frames are small (acks, subscribes, 1 KB publishes).
-pub const WS_READ_BUFFER: usize = 4096;
+/// Bytes a websocket reads per read call. tungstenite allocates this much
+/// for every socket up front, keeps it, and zero-fills it on every read
+/// attempt: its 128 KiB default cost a 128 KiB memset per wake-up of every
+/// session and 128 KiB of memory per idle one; 4 KiB was still a third of
+/// an idle session. Client frames are small (acks, subscribes, 1 KB
+/// publishes: a larger frame grows the buffer while it is read).
+pub const WS_READ_BUFFER: usize = 1024;
 
 fn limits(ws: WebSocketUpgrade, ctx: &PushContext) -> WebSocketUpgrade {
     ws.max_message_size(ctx.config.max_payload)
