@@ -59,7 +59,8 @@ pub async fn run(
     let timeout = Duration::from_millis(ctx.config.ping_timeout_ms);
     let mut next_ping = Instant::now() + interval;
     let mut pong_due: Option<Instant> = None;
-    let mut batch = Vec::with_capacity(DELIVERY_BATCH);
+    // Grown on the first delivery: an idle session holds no batch buffer.
+    let mut batch = Vec::new();
     let mut frames = Vec::new();
     // With recovery on: (packets queued after a batch, its last offset),
     // until the client shows it received that many packets; and the

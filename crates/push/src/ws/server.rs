@@ -107,7 +107,8 @@ async fn serve(
     let _counted = ctx.stats.ws_session();
     let (mut tx, mut rx) = socket.split();
     let mut out: Vec<JsonOut> = session.hello().into_iter().collect();
-    let mut batch = Vec::with_capacity(DELIVERY_BATCH);
+    // Grown on the first delivery: an idle session holds no batch buffer.
+    let mut batch = Vec::new();
     let interval = Duration::from_millis(ctx.config.ping_interval_ms);
     let timeout = Duration::from_millis(ctx.config.ping_timeout_ms);
     let mut next_ping = Instant::now() + interval;
