@@ -1,5 +1,6 @@
 //! A `/ws` connection: JSON requests in, replies and hub messages out. The
-//! writer drains everything queued and flushes once per wake-up; a hub
+//! writer drains everything queued and flushes once per wake-up (or once
+//! the first pending frame has waited `[push] write_delay_ms`); a hub
 //! queue that overflows under `disconnect` closes with code 1008 and the
 //! reason. The server sends a WebSocket ping every `ping_interval_ms`; a
 //! client that has not answered with a pong `ping_timeout_ms` later is
