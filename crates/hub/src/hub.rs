@@ -184,13 +184,7 @@ impl Hub {
     /// that published it did that) and not counted as published. Refuses
     /// what a publish would refuse.
     pub fn deliver_from_backbone(&self, msg: Message) -> Result<(), PublishError> {
-        if is_system_topic(&msg.topic) {
-            return Err(TopicError::Reserved(msg.topic).into());
-        }
-        if self.inner.closed.load(Ordering::Acquire) {
-            return Err(PublishError::ShuttingDown);
-        }
-        validate_topic(&msg.topic)?;
+        self.check_topic(&msg.topic)?;
         self.fan_out(&Arc::new(msg));
         Ok(())
     }
@@ -237,7 +231,7 @@ impl Hub {
         if is_system_topic(topic) {
             return Err(TopicError::Reserved(topic.to_owned()).into());
         }
-        if self.inner.closed.load(Ordering::Acquire) {
+        if self.closed() {
             return Err(PublishError::ShuttingDown);
         }
         validate_topic(topic)?;
@@ -288,7 +282,7 @@ impl Hub {
 
     /// Whether [`Hub::close`] has run.
     pub(crate) fn closed(&self) -> bool {
-        self.inner.closed.load(Ordering::Acquire)
+        self.inner.is_closed()
     }
 
     fn fan_out(&self, msg: &SharedMessage) {

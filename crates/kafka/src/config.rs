@@ -194,23 +194,11 @@ impl KafkaConfig {
     /// Checks the section and builds the librdkafka configuration.
     pub fn client_config(&self) -> Result<ClientConfig, ConfigError> {
         self.check()?;
-        let mut cfg = ClientConfig::new();
-        for (k, v) in &self.properties {
-            cfg.set(k, v.to_string());
-        }
-        for (k, want) in Self::GUARANTEES {
-            if let Some(v) = self.properties.get(k) {
-                let v = v.to_string();
-                let same = v == want || (k == "acks" && v == "-1");
-                if !same {
-                    return Err(ConfigError::WeakensGuarantee {
-                        key: k.to_owned(),
-                        value: v,
-                    });
-                }
-            }
-            cfg.set(k, want);
-        }
+        let mut cfg =
+            properties_with_guarantees(&self.properties, &Self::GUARANTEES, |k, v, want| {
+                v == want || (k == "acks" && v == "-1")
+            })
+            .map_err(|(key, value)| ConfigError::WeakensGuarantee { key, value })?;
         // librdkafka's own count bound sits above ours, so our semaphore is the
         // bound that bites and `send` waits instead of failing.
         let rd_queue = self
@@ -327,6 +315,31 @@ impl fmt::Display for PropertyValue {
             PropertyValue::Bool(b) => write!(f, "{b}"),
         }
     }
+}
+
+/// A librdkafka configuration from a section's free-form `properties`, with
+/// each of `guarantees` set on top. A property that names a guarantee must
+/// keep it (`same(key, value, wanted)`); otherwise `Err((key, value))`:
+/// a user cannot turn off what the sink or source promises.
+pub(crate) fn properties_with_guarantees(
+    properties: &BTreeMap<String, PropertyValue>,
+    guarantees: &[(&str, &str)],
+    same: impl Fn(&str, &str, &str) -> bool,
+) -> Result<ClientConfig, (String, String)> {
+    let mut cfg = ClientConfig::new();
+    for (k, v) in properties {
+        cfg.set(k, v.to_string());
+    }
+    for &(k, want) in guarantees {
+        if let Some(v) = properties.get(k) {
+            let v = v.to_string();
+            if !same(k, &v, want) {
+                return Err((k.to_owned(), v));
+            }
+        }
+        cfg.set(k, want);
+    }
+    Ok(cfg)
 }
 
 /// A `[sinks.kafka]` section that cannot be used.

@@ -10,13 +10,13 @@
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message as _};
+use rdkafka::message::Message as _;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tidegate_hub::backbone::{Positions, Replay};
 use tidegate_hub::Pattern;
 
-use super::codec::{decode, RecordParts};
 use super::config::ClusterConfig;
+use super::decode_kafka_record;
 
 /// How long one metadata or fetch request may take.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -123,18 +123,7 @@ pub fn replay(
         if o + 1 >= end {
             open.remove(&p);
         }
-        let headers = r.headers();
-        let decoded = decode(RecordParts {
-            key: r.key(),
-            value: r.payload(),
-            timestamp_ms: r.timestamp().to_millis(),
-            headers: headers
-                .into_iter()
-                .flat_map(|h| h.iter().map(|x| (x.key, x.value))),
-            partition: p,
-            offset: o,
-        });
-        if let Ok(d) = decoded {
+        if let Ok(d) = decode_kafka_record(&r) {
             if patterns.iter().any(|pat| pat.matches(&d.message.topic)) {
                 messages.push(d.message);
             }

@@ -50,6 +50,26 @@ pub use reader::BackboneReader;
 pub use status::{status, ClusterStatus};
 pub use writer::KafkaBackbone;
 
+/// Decodes a record read from the backbone topic (the live reader and the
+/// replay read the same records). Kept here, not in [`codec`], so that the
+/// codec stays free of rdkafka.
+pub(crate) fn decode_kafka_record(
+    r: &impl rdkafka::message::Message,
+) -> Result<codec::Decoded, codec::DecodeError> {
+    use rdkafka::message::Headers;
+    codec::decode(codec::RecordParts {
+        key: r.key(),
+        value: r.payload(),
+        timestamp_ms: r.timestamp().to_millis(),
+        headers: r
+            .headers()
+            .into_iter()
+            .flat_map(|h| h.iter().map(|x| (x.key, x.value))),
+        partition: r.partition(),
+        offset: r.offset(),
+    })
+}
+
 use crate::record::RecordShape;
 use crate::{KafkaSink, KafkaSinkError};
 

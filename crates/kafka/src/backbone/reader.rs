@@ -17,13 +17,12 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Headers, Message as _};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tidegate_hub::Hub;
 use tracing::{debug, info, warn};
 
-use super::codec::{decode, RecordParts};
 use super::config::ClusterConfig;
+use super::decode_kafka_record;
 use super::metrics::ClusterMetrics;
 
 /// How often the reader re-reads the partition ends for its lag gauge and
@@ -129,17 +128,7 @@ impl BackboneReader {
                 }
                 record = self.consumer.recv() => match record {
                     Ok(r) => {
-                        let headers = r.headers();
-                        let decoded = decode(RecordParts {
-                            key: r.key(),
-                            value: r.payload(),
-                            timestamp_ms: r.timestamp().to_millis(),
-                            headers: headers
-                                .into_iter()
-                                .flat_map(|h| h.iter().map(|x| (x.key, x.value))),
-                            partition: r.partition(),
-                            offset: r.offset(),
-                        });
+                        let decoded = decode_kafka_record(&r);
                         drop(r);
                         self.metrics.received.inc();
                         match decoded {

@@ -28,6 +28,7 @@ use rdkafka::ClientConfig;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::config::properties_with_guarantees;
 use crate::PropertyValue;
 
 /// `[sources.kafka]`: what to consume and how.
@@ -181,21 +182,9 @@ impl KafkaSourceConfig {
     /// Checks the section and builds the librdkafka consumer configuration.
     pub fn client_config(&self) -> Result<ClientConfig, SourceConfigError> {
         self.check()?;
-        let mut cfg = ClientConfig::new();
-        for (k, v) in &self.properties {
-            cfg.set(k, v.to_string());
-        }
-        for (k, want) in Self::GUARANTEES {
-            if let Some(v) = self.properties.get(k) {
-                if v.to_string() != want {
-                    return Err(SourceConfigError::WeakensGuarantee {
-                        key: k.to_owned(),
-                        value: v.to_string(),
-                    });
-                }
-            }
-            cfg.set(k, want);
-        }
+        let mut cfg =
+            properties_with_guarantees(&self.properties, &Self::GUARANTEES, |_, v, want| v == want)
+                .map_err(|(key, value)| SourceConfigError::WeakensGuarantee { key, value })?;
         cfg.set("bootstrap.servers", &self.brokers)
             .set("group.id", &self.group_id)
             .set("auto.offset.reset", self.start.as_str())
