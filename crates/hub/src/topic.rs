@@ -72,6 +72,18 @@ fn check_common(s: &str) -> Result<(), TopicError> {
     Ok(())
 }
 
+/// Checks a topic a source may publish on: a valid topic
+/// ([`validate_topic`]) outside the hub's own `$sys.` topics. Configuration
+/// that names a publish topic (an S2S input port, the Forward prefix) is
+/// checked with it at start, so a bad topic fails there and not on every
+/// message.
+pub fn validate_publish_topic(topic: &str) -> Result<(), TopicError> {
+    if is_system_topic(topic) {
+        return Err(TopicError::Reserved(topic.to_owned()));
+    }
+    validate_topic(topic)
+}
+
 /// Checks a topic a message is published on (no wildcards). Runs on every
 /// publish, so ASCII topics take a single pass over the bytes.
 pub fn validate_topic(topic: &str) -> Result<(), TopicError> {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use thiserror::Error;
+use tidegate_hub::topic::validate_publish_topic;
 use tidegate_hub::{
     AckGroup, DeliveryError, Hub, ListenerMetrics, Message, OverflowPolicy, PublishError,
     SharedMessage, Subscriber, SubscriberOptions, TopicError,
@@ -149,6 +150,12 @@ pub struct S2sPorts {
 impl S2sPorts {
     /// Resolves the configured ports and subscribes the output ports.
     pub fn new(config: S2sConfig, hub: Hub) -> Result<Self, TopicError> {
+        // An input port's topic is where every FlowFile it receives is
+        // published: a topic the hub would refuse fails here, at start,
+        // and not on each transaction.
+        for p in &config.input_ports {
+            validate_publish_topic(&p.topic)?;
+        }
         let inputs = config
             .input_ports
             .iter()
@@ -280,5 +287,28 @@ pub fn packet_for(msg: &Message) -> DataPacket {
     DataPacket {
         attributes: msg.attributes.clone(),
         content: msg.payload.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tidegate_hub::RouteTable;
+
+    fn config_with_input_topic(topic: &str) -> S2sConfig {
+        toml::from_str(&format!(
+            "[[input_ports]]\nname = \"in\"\ntopic = {topic:?}\n"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn an_input_port_publishing_where_the_hub_refuses_fails_at_start() {
+        let hub = Hub::new(RouteTable::default());
+        for bad in ["$sys.stats", "logs.*", "logs..x", "has space"] {
+            let err = S2sPorts::new(config_with_input_topic(bad), hub.clone()).unwrap_err();
+            assert!(err.to_string().contains(bad), "{bad}: {err}");
+        }
+        assert!(S2sPorts::new(config_with_input_topic("s2s.in"), hub).is_ok());
     }
 }

@@ -82,6 +82,14 @@ pub fn prepare(config: Config, file: Option<&Path>) -> Result<Prepared, Prefligh
     if let Some(k) = &config.sources.kafka {
         tidegate_kafka::source::validate_source(k).map_err(&fail)?;
     }
+    // A record's topic is the prefix and its tag: a prefix that makes every
+    // such topic one the hub refuses would refuse every record.
+    let prefix = &config.forward.topic_prefix;
+    tidegate_hub::topic::validate_publish_topic(&format!("{prefix}tag")).map_err(|e| {
+        fail(format!(
+            "[forward] topic_prefix = {prefix:?}: records would be refused (tag \"tag\" gives {e})"
+        ))
+    })?;
     // Every TLS file, before any port opens.
     for (section, settings) in config.listeners() {
         load_tls(section, &settings).map_err(listener_err)?;

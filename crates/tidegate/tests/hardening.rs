@@ -131,6 +131,15 @@ fn config_check_passes_a_good_file_and_refuses_unknown_keys_and_unset_variables(
             "[forward]\nshared_key = \"${TIDEGATE_TEST_UNSET_KEY}\"\n",
             "TIDEGATE_TEST_UNSET_KEY",
         ),
+        // Publish topics the hub would refuse fail at start, naming the key.
+        (
+            "[forward]\ntopic_prefix = \"$sys.\"\n",
+            "[forward] topic_prefix",
+        ),
+        (
+            "[[s2s.input_ports]]\nname = \"in\"\ntopic = \"$sys.in\"\n",
+            "[[s2s.input_ports]]",
+        ),
     ] {
         let path = write_config(&dir, text);
         let out = Command::new(EXE)
