@@ -3,7 +3,9 @@
 //! client without a certificate is refused at the handshake; with
 //! `"optional"` it is served on ports without a DN list only; a missing
 //! file stops `bind` with the section, key and path; discovery says
-//! `siteToSiteSecure` exactly when the RAW listener serves TLS.
+//! `siteToSiteSecure` exactly when the RAW listener serves TLS (or, without
+//! a RAW listener, when `[http]` does), and the HTTP transport's peer list
+//! says `secure` exactly when `[http]` serves TLS.
 
 mod common;
 
@@ -108,7 +110,12 @@ async fn a_missing_tls_file_stops_bind_naming_section_key_and_path() {
 
 /// Discovery (and the RAW peer list) as served with `config`, advertising
 /// the RAW listener only when `with_raw`.
-async fn secure_flags(pki: &TestPki, tls: bool, with_raw: bool) -> (bool, Option<bool>) {
+async fn secure_flags(
+    pki: &TestPki,
+    tls: bool,
+    with_raw: bool,
+    http_tls: bool,
+) -> (bool, Option<bool>, bool) {
     let mut cfg = test_config();
     if tls {
         cfg.listener.tls = Some(pki.server_tls(Some(ClientAuth::Required)));
@@ -128,8 +135,12 @@ async fn secure_flags(pki: &TestPki, tls: bool, with_raw: bool) -> (bool, Option
     };
     let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let http_addr = http.local_addr().unwrap();
-    let router =
-        tidegate_s2s::http::router_with_ports(ports, http_addr.port(), raw.map(|a| a.port()));
+    let router = tidegate_s2s::http::router_with_ports(
+        ports,
+        http_addr.port(),
+        http_tls,
+        raw.map(|a| a.port()),
+    );
     let sd = shutdown.clone();
     tokio::spawn(async move {
         axum::serve(http, router)
@@ -157,14 +168,37 @@ async fn secure_flags(pki: &TestPki, tls: bool, with_raw: bool) -> (bool, Option
             Some(peers.unwrap()[0].secure)
         }
     };
-    (advertised, peer_list)
+    (advertised, peer_list, http_peers_secure(http_addr).await)
+}
+
+/// The `secure` flag of the HTTP transport's peer list.
+async fn http_peers_secure(addr: std::net::SocketAddr) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        b"GET /nifi-api/site-to-site/peers HTTP/1.1\r\nhost: x\r\n\
+          x-nifi-site-to-site-protocol-version: 1\r\nconnection: close\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).await.unwrap();
+    let body = &response[response.find("\r\n\r\n").expect("a response") + 4..];
+    let v: serde_json::Value = serde_json::from_str(body).expect(&response);
+    v["peers"][0]["secure"].as_bool().expect(&response)
 }
 
 #[tokio::test]
 async fn site_to_site_secure_follows_the_raw_listeners_tls() {
     let pki = TestPki::generate().unwrap();
-    assert_eq!(secure_flags(&pki, true, true).await, (true, Some(true)));
-    assert_eq!(secure_flags(&pki, false, true).await, (false, Some(false)));
+    let f = |tls, raw, http_tls| secure_flags(&pki, tls, raw, http_tls);
+    assert_eq!(f(true, true, false).await, (true, Some(true), false));
+    assert_eq!(f(false, true, false).await, (false, Some(false), false));
     // TLS configured but no RAW listener: the HTTP transport is plain.
-    assert_eq!(secure_flags(&pki, true, false).await, (false, None));
+    assert_eq!(f(true, false, false).await, (false, None, false));
+    // `[http]` with TLS: its peer list says so (a client then uses https),
+    // and without a RAW listener so does discovery; a plain RAW listener
+    // beside it keeps discovery's flag off (RAW clients read it).
+    assert_eq!(f(false, false, true).await, (true, None, true));
+    assert_eq!(f(false, true, true).await, (false, Some(false), true));
 }

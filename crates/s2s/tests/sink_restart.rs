@@ -81,8 +81,12 @@ async fn receiver_process() {
     let srv = tidegate_s2s::S2sServer::bind(config.clone()).unwrap();
     let ports = tidegate_s2s::S2sPorts::new(config, hub.clone()).unwrap();
     let http: u16 = http.parse().unwrap();
-    let router =
-        tidegate_s2s::http::router_with_ports(ports.clone(), http, Some(srv.local_addr().port()));
+    let router = tidegate_s2s::http::router_with_ports(
+        ports.clone(),
+        http,
+        false,
+        Some(srv.local_addr().port()),
+    );
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", http))
         .await
         .unwrap();

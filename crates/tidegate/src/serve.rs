@@ -141,8 +141,9 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
         .then(|| tidegate_push::PushContext::new(hub.clone(), config.push.clone()));
     if let Some(l) = http {
         let port = l.local_addr().port();
+        let http_secure = config.http.listener.tls.is_some();
         let app = http::routes::router(hub.clone(), readiness.clone()).merge(
-            tidegate_s2s::http::router_with_ports(s2s_ports, port, raw_port),
+            tidegate_s2s::http::router_with_ports(s2s_ports, port, http_secure, raw_port),
         );
         let app = match kv {
             Some(store) => app.merge(tidegate_kv::api::router(store)),

@@ -36,9 +36,13 @@ pub(crate) async fn site_to_site(State(st): State<Arc<HttpState>>) -> Response {
             "instanceId": "tidegate",
             "remoteSiteListeningPort": st.raw_port,
             "remoteSiteHttpListeningPort": st.http_port,
-            // RAW over TLS only: the HTTP transport is on the plain `[http]`
-            // listener, so there is nothing secure without a RAW listener.
-            "siteToSiteSecure": st.raw_port.is_some() && ports.config().secure(),
+            // A RAW client takes this for "wrap the RAW socket in TLS", so
+            // with a RAW listener it is that listener's TLS; without one,
+            // the HTTP transport's.
+            "siteToSiteSecure": match st.raw_port {
+                Some(_) => ports.config().secure(),
+                None => st.http_secure,
+            },
             "inputPortCount": inputs.len(),
             "outputPortCount": outputs.len(),
             "inputPorts": inputs,
@@ -59,7 +63,7 @@ pub(crate) async fn peers(State(st): State<Arc<HttpState>>, headers: HeaderMap) 
     }
     let host = st.ports.config().host.clone();
     Json(json!({
-        "peers": [{ "hostname": host, "port": st.http_port, "secure": false, "flowFileCount": 0 }]
+        "peers": [{ "hostname": host, "port": st.http_port, "secure": st.http_secure, "flowFileCount": 0 }]
     }))
     .into_response()
 }

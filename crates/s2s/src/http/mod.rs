@@ -10,11 +10,8 @@ mod transport;
 use std::sync::Arc;
 
 use axum::routing::{get, post};
-use tidegate_hub::Hub;
-use tracing::error;
 
 use crate::ports::S2sPorts;
-use crate::S2sConfig;
 
 pub use transactions::HttpTransactions;
 
@@ -39,38 +36,28 @@ pub(crate) struct HttpState {
     pub(crate) ports: S2sPorts,
     pub(crate) transactions: HttpTransactions,
     pub(crate) http_port: u16,
+    pub(crate) http_secure: bool,
     pub(crate) raw_port: Option<u16>,
 }
 
-/// Routes under `/nifi-api/`. `http_port` is the `[http]` listener's port
-/// (advertised as `remoteSiteHttpListeningPort`), `raw_port` the RAW
-/// listener's port if enabled. Builds its own [`S2sPorts`]; to share output
-/// port queues with the RAW listener use [`router_with_ports`]. An output
-/// port whose topic is invalid is logged and left out (the RAW listener
-/// refuses to start on the same configuration).
-pub fn router(config: S2sConfig, hub: Hub, http_port: u16, raw_port: Option<u16>) -> axum::Router {
-    let ports = match S2sPorts::new(config.clone(), hub.clone()) {
-        Ok(p) => p,
-        Err(e) => {
-            error!(error = %e, "s2s: an output port topic is invalid; serving input ports only");
-            let cfg = S2sConfig {
-                output_ports: Vec::new(),
-                ..config
-            };
-            S2sPorts::new(cfg, hub).expect("input ports need no subscription")
-        }
-    };
-    router_with_ports(ports, http_port, raw_port)
-}
-
 /// Routes under `/nifi-api/` serving `ports` (share them with
-/// [`crate::S2sServer::with_ports`]).
-pub fn router_with_ports(ports: S2sPorts, http_port: u16, raw_port: Option<u16>) -> axum::Router {
+/// [`crate::S2sServer::with_ports`]). `http_port` is the `[http]`
+/// listener's port (advertised as `remoteSiteHttpListeningPort` and in the
+/// peer list), `http_secure` whether that listener has TLS (the peer list's
+/// `secure`, from which a client picks `https`), `raw_port` the RAW
+/// listener's port if enabled.
+pub fn router_with_ports(
+    ports: S2sPorts,
+    http_port: u16,
+    http_secure: bool,
+    raw_port: Option<u16>,
+) -> axum::Router {
     let transactions = HttpTransactions::new(ports.config());
     let state = Arc::new(HttpState {
         ports,
         transactions,
         http_port,
+        http_secure,
         raw_port,
     });
     let tx = "/nifi-api/data-transfer/{kind}/{port}/transactions";

@@ -63,7 +63,7 @@ pub async fn start(config: S2sConfig, hub: Hub) -> Running {
     let http = http_listener.local_addr().unwrap();
     let ports = S2sPorts::new(config, hub.clone()).unwrap();
     let router =
-        tidegate_s2s::http::router_with_ports(ports.clone(), http.port(), Some(raw.port()));
+        tidegate_s2s::http::router_with_ports(ports.clone(), http.port(), false, Some(raw.port()));
     let sd = shutdown.clone();
     tokio::spawn(async move {
         axum::serve(http_listener, router)
