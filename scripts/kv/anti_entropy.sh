@@ -15,55 +15,14 @@ cd "$(dirname "$0")/../.."
 
 duration=${1:-20s}
 base_port=${KV_AE_BASE_PORT:-18380}
-bash scripts/setup/kv.sh
-exe=${TIDEGATE_EXE:-}
-if [ -z "$exe" ]; then
-  cargo build --release -q -p tidegate
-  exe=target/release/tidegate
-fi
+# shellcheck source=cluster.sh
+source scripts/kv/cluster.sh
+export RUST_LOG=${RUST_LOG:-info}
+kv_cluster_begin "$base_port" 3 anti-entropy-bench "anti_entropy_interval_ms = 60000"
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-list="\"http://127.0.0.1:$base_port\",\"http://127.0.0.1:$((base_port + 1))\",\"http://127.0.0.1:$((base_port + 2))\""
-start_node() {
-  local i=$1 port=$((base_port + $1))
-  cat > "$work/node$i.toml" <<TOML
-[http]
-listen = "127.0.0.1:$port"
-[wire]
-enabled = false
-[sockperf]
-enabled = false
-[forward]
-enabled = false
-[s2s]
-enabled = false
-[kv]
-data_dir = "$work/data$i"
-self = "http://127.0.0.1:$port"
-nodes = [$list]
-cluster_secret = "anti-entropy-bench"
-anti_entropy_interval_ms = 60000
-TOML
-  RUST_LOG=info "$exe" serve --config "$work/node$i.toml" 2>> "$work/node$i.log" &
-  pids[$i]=$!
-  for _ in $(seq 100); do
-    curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && return 0
-    sleep 0.1
-  done
-  echo "node $i did not start" >&2
-  exit 1
-}
 local_bytes() { curl -s "http://127.0.0.1:$((base_port + $1))/v0/entities?start=k" | wc -c; }
 
-for i in 0 1 2; do start_node "$i"; done
+kv_start_nodes
 echo "== PUT 1 KiB, ack=3&from=3, $duration, 64 connections (anchor: the client write rate)"
 wrk -t2 -c64 -d"$duration" -s scripts/kv/put.lua "http://127.0.0.1:$base_port" -- 2 "&ack=3&from=3" |
   grep -E "Requests/sec|requests in"
@@ -75,11 +34,10 @@ if [ "$want" -le 0 ]; then
 fi
 echo "node 0 holds $want bytes of key\\nvalue ($(du -sh "$work/data0" | cut -f1) on disk)"
 
-kill "${pids[2]}"
-wait "${pids[2]}" 2>/dev/null || true
+kv_stop_node 2
 rm -rf "$work/data2"
 t0=$(date +%s%N)
-start_node 2
+kv_start_node 2
 while [ "$(local_bytes 2)" -lt "$want" ]; do
   if [ $(( ($(date +%s%N) - t0) / 1000000000 )) -ge 300 ]; then
     echo "node 2 not refilled within 300 s: $(local_bytes 2) of $want bytes" >&2

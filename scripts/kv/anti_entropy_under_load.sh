@@ -16,52 +16,10 @@ cd "$(dirname "$0")/../.."
 duration=${1:-20s}
 interval=${2:-2000}
 base_port=${KV_AE_BASE_PORT:-18390}
-bash scripts/setup/kv.sh
-exe=${TIDEGATE_EXE:-}
-if [ -z "$exe" ]; then
-  cargo build --release -q -p tidegate
-  exe=target/release/tidegate
-fi
-
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-list="\"http://127.0.0.1:$base_port\",\"http://127.0.0.1:$((base_port + 1))\",\"http://127.0.0.1:$((base_port + 2))\""
-for i in 0 1 2; do
-  port=$((base_port + i))
-  cat > "$work/node$i.toml" <<TOML
-[http]
-listen = "127.0.0.1:$port"
-[wire]
-enabled = false
-[sockperf]
-enabled = false
-[forward]
-enabled = false
-[s2s]
-enabled = false
-[kv]
-data_dir = "$work/data$i"
-self = "http://127.0.0.1:$port"
-nodes = [$list]
-cluster_secret = "anti-entropy-bench"
-anti_entropy_interval_ms = $interval
-TOML
-  RUST_LOG=warn "$exe" serve --config "$work/node$i.toml" 2>> "$work/node$i.log" &
-  pids+=($!)
-done
-for i in 0 1 2; do
-  for _ in $(seq 100); do
-    curl -sf "http://127.0.0.1:$((base_port + i))/healthz" >/dev/null && break
-    sleep 0.1
-  done
-done
+# shellcheck source=cluster.sh
+source scripts/kv/cluster.sh
+kv_cluster_begin "$base_port" 3 anti-entropy-bench "anti_entropy_interval_ms = $interval"
+kv_start_nodes
 echo "== PUT 1 KiB, ack=3&from=3, $duration, 64 connections, anti_entropy_interval_ms = $interval"
 wrk -t2 -c64 -d"$duration" -s scripts/kv/put.lua "http://127.0.0.1:$base_port" -- 2 "&ack=3&from=3" |
   grep -E "Requests/sec|requests in"

@@ -19,57 +19,10 @@ sync=${5:-interval_ms:1000}
 threads=2
 base_port=${KV_WRK_BASE_PORT:-18180}
 
-bash scripts/setup/kv.sh
-# TIDEGATE_EXE: run that binary instead of building (A/B comparisons).
-exe=${TIDEGATE_EXE:-}
-if [ -z "$exe" ]; then
-  cargo build --release -q -p tidegate
-  exe=target/release/tidegate
-fi
-
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-urls=()
-for i in $(seq 0 $((nodes - 1))); do
-  urls+=("\"http://127.0.0.1:$((base_port + i))\"")
-done
-list=$(IFS=,; echo "${urls[*]}")
-for i in $(seq 0 $((nodes - 1))); do
-  port=$((base_port + i))
-  cat > "$work/node$i.toml" <<TOML
-[http]
-listen = "127.0.0.1:$port"
-[wire]
-enabled = false
-[sockperf]
-enabled = false
-[forward]
-enabled = false
-[s2s]
-enabled = false
-[kv]
-data_dir = "$work/data$i"
-self = "http://127.0.0.1:$port"
-nodes = [$list]
-cluster_secret = "wrk-smoke"
-sync = "$sync"
-TOML
-  RUST_LOG=warn "$exe" serve --config "$work/node$i.toml" 2> "$work/node$i.log" &
-  pids+=($!)
-done
-for i in $(seq 0 $((nodes - 1))); do
-  for _ in $(seq 100); do
-    curl -sf "http://127.0.0.1:$((base_port + i))/healthz" >/dev/null && break
-    sleep 0.1
-  done
-done
+# shellcheck source=cluster.sh
+source scripts/kv/cluster.sh
+kv_cluster_begin "$base_port" "$nodes" wrk-smoke "sync = \"$sync\""
+kv_start_nodes
 
 target="http://127.0.0.1:$base_port"
 echo "== PUT: $nodes node(s), $conns connections, $duration, query '$query', sync $sync"
