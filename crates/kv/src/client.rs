@@ -235,29 +235,15 @@ impl ReplicaClient {
         path: &str,
         body: Bytes,
     ) -> Result<(StatusCode, Bytes), ReplicaError> {
-        let time = crate::engine::now_ns() / 1_000_000;
-        let sig = auth::sign(&self.secret, method.as_str(), path, time, &body);
-        let transport = |message: String| ReplicaError::Transport {
-            node: node.to_owned(),
-            message,
-        };
-        let req = Request::builder()
-            .method(method)
-            .uri(format!("{node}{path}"))
-            .header(auth::TIME_HEADER, time)
-            .header(auth::SIGNATURE_HEADER, sig)
-            .body(Full::new(body))
-            .map_err(|e| transport(e.to_string()))?;
-        let resp = self
-            .http
-            .request(req)
-            .await
-            .map_err(|e| transport(e.to_string()))?;
+        let resp = self.signed(node, method, path, body).await?;
         let status = resp.status();
         let body = Limited::new(resp.into_body(), MAX_RECORD_RESPONSE_BYTES)
             .collect()
             .await
-            .map_err(|e| transport(e.to_string()))?
+            .map_err(|e| ReplicaError::Transport {
+                node: node.to_owned(),
+                message: e.to_string(),
+            })?
             .to_bytes();
         Ok((status, body))
     }
