@@ -30,6 +30,9 @@
 # faults), CHAOS_KILL_DOWN, CHAOS_BROKER_DOWN, CHAOS_STOP_SECS,
 # CHAOS_DISK_FULL, CHAOS_DISK_MB, CHAOS_RSS_MB, CHAOS_FWD_RATE (records/s),
 # CHAOS_S2S_TX (transactions/s of 10), CHAOS_KV_RATE (PUTs/s).
+# CHAOS_SINK_EXTRA: more lines for every node's [sinks.kafka] section
+# (e.g. a librdkafka debug property with RUST_LOG=warn,librdkafka=debug);
+# CHAOS_KEEP=1 keeps the work directory (logs) and prints its path.
 # TIDEGATE_BIN: the binary (default: the release build, built if missing).
 # Needs root for the tmpfs mount; without it the disk fault is skipped and
 # the table says so. Take the machine lock: flock /tmp/quiet.lock bash scripts/chaos.sh
@@ -40,7 +43,7 @@ ROOT="$(pwd)"
 source scripts/bench/kafka-broker.sh
 
 if [ "${CHAOS_SHORT:-0}" = 1 ]; then
-    d_warmup=4 d_settle=5 d_kill=1 d_broker=5 d_stop=3 d_disk=4
+    d_warmup=3 d_settle=4 d_kill=1 d_broker=5 d_stop=3 d_disk=4
     d_fwd=200 d_s2s=10 d_kv=60
 else
     d_warmup=15 d_settle=15 d_kill=3 d_broker=20 d_stop=10 d_disk=15
@@ -145,6 +148,7 @@ partitions = 4
 [sinks.kafka]
 brokers = "$KAFKA_BOOTSTRAP"
 topic = "chaos-sink"
+${CHAOS_SINK_EXTRA:-}
 [[routes]]
 topics = "logs.>"
 sink = "kafka"

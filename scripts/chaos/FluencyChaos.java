@@ -13,7 +13,7 @@
 //   ACK <epoch ms>            whenever the buffered bytes went down (an ack)
 //   EMITTED <count>           once emitting stopped: records are 0..count-1
 //   SENT <count>              once all of them were acknowledged (exit 0)
-//   UNFLUSHED <bytes>         when they could not be within 180 s (exit 1)
+//   UNFLUSHED <bytes>         when they could not be within 60 s (exit 1)
 import java.util.HashMap;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -43,7 +43,7 @@ public class FluencyChaos {
         builder.setSenderMaxRetryCount(100_000);
         builder.setSenderBaseRetryIntervalMillis(100);
         builder.setSenderMaxRetryIntervalMillis(500);
-        builder.setWaitUntilBufferFlushed(180);
+        builder.setWaitUntilBufferFlushed(60);
         builder.setWaitUntilFlusherTerminated(30);
         Fluency fluency = builder.build(host, port);
 
@@ -93,7 +93,7 @@ public class FluencyChaos {
         }
         System.out.println("EMITTED " + i);
         fluency.flush();
-        boolean flushed = fluency.waitUntilAllBufferFlushed(180);
+        boolean flushed = fluency.waitUntilAllBufferFlushed(60);
         long left = fluency.getBufferedDataSize();
         done.set(true);
         fluency.close();

@@ -100,6 +100,26 @@ def main():
                     seen[k]["s2s"][int(x)] += 1
         elif p[0] == "D":
             moves[p[1]] += 1
+    # Acknowledged events that no session saw although some session was
+    # subscribed before and after them: lost on the way to every
+    # subscriber (the backbone), not by one session's move. With the ack
+    # time of each, to tell which fault they belong to.
+    s2s_ack_at = {}
+    for line in lines(f"{work}/s2s.log"):
+        p = line.split()
+        if p[0] == "ACK":
+            for i in range(int(p[2]), int(p[3]) + 1):
+                s2s_ack_at[i] = int(p[1])
+    lost_to_all = {}
+    for s in ("forward", "s2s"):
+        union = set()
+        for k in seen:
+            union.update(seen[k][s])
+        if union:
+            lo, hi = min(union), max(union)
+            lost_to_all[s] = sorted(i for i in acked[s] if lo <= i <= hi and i not in union)
+        else:
+            lost_to_all[s] = []
     sub = {}
     for s in ("forward", "s2s"):
         got = gaps = dup = 0
@@ -130,6 +150,13 @@ def main():
         n, got, gaps, dup = sub[s]
         print(f"| {name.split(' →')[0]} events | {n} | {got:,} | {gaps:,} | {dup} | {sum(moves.values())} |")
 
+    for s in ("forward", "s2s"):
+        ids = lost_to_all[s]
+        if ids:
+            where = ""
+            if s == "s2s":
+                where = " (acknowledged at " + ", ".join(sorted({str(s2s_ack_at[i]) for i in ids})[:5]) + " ms)"
+            print(f"\n{s}: {len(ids)} acknowledged events reached no subscriber: ids {ids[0]}..{ids[-1]}{where}")
     print()
     print("| fault | lasted | forward: first ack after | s2s: first ack after | kv: first ack after | longest ack gap (fwd / s2s / kv) |")
     print("|---|---:|---:|---:|---:|---:|")
