@@ -33,12 +33,26 @@ fn a_short_chaos_run_loses_nothing_acknowledged() {
         out.status
     );
     // The run measured something: every source was acknowledged events.
-    for source in ["Fluency → Forward", "NiFi S2S client → S2S", "PUT ack=2&from=3"] {
+    for source in [
+        "Fluency → Forward",
+        "NiFi S2S client → S2S",
+        "PUT ack=2&from=3",
+    ] {
         let row = stdout
             .lines()
             .find(|l| l.starts_with(&format!("| {source}")))
             .unwrap_or_else(|| panic!("no row for {source}:\n{stdout}"));
-        let acked: u64 = row.split('|').nth(2).unwrap().trim().replace(',', "").parse().unwrap();
-        assert!(acked > 100, "{source}: only {acked} acknowledged:\n{stdout}");
+        let acked: u64 = row
+            .split('|')
+            .nth(2)
+            .unwrap()
+            .trim()
+            .replace(',', "")
+            .parse()
+            .unwrap();
+        assert!(
+            acked > 100,
+            "{source}: only {acked} acknowledged:\n{stdout}"
+        );
     }
 }
