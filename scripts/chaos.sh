@@ -279,6 +279,8 @@ if [ "$DISK_MOUNTED" = 1 ]; then
         sleep 0.5
     done
     fault "kv-disk-full-node2" "$t0" "$t1" "$back"
+    # A node that cannot write must say so where a balancer looks.
+    curl -s "http://127.0.0.1:${HTTP[2]}/readyz" > "$WORK/kv-readyz.json" || true
     sleep "$(( SETTLE - n / 2 > 0 ? SETTLE - n / 2 : 0 ))"
 else
     fault "kv-disk-full-node2" skipped skipped

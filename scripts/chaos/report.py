@@ -183,6 +183,10 @@ def main():
             back = "never, within the settle time" if kv_back[0] == "never" else \
                 f"after {(int(kv_back[0]) - t1) / 1000:.1f} s"
             notes.append(f"{name}: node 2 took a write (PUT ack=3&from=3) again {back}")
+            readyz = "".join(lines(f"{work}/kv-readyz.json"))
+            notes.append(f"{name}: node 2's /readyz afterwards: {readyz}")
+            if kv_back[0] == "never" and '"kv: ' not in readyz:
+                failures.append("node 2 takes no KV write and /readyz does not say so")
 
     for n in notes:
         print(f"\n{n}")

@@ -47,6 +47,10 @@ pub struct Engine {
     stop: Arc<AtomicBool>,
     /// `sync = "always"`: one fsync for many concurrent writes.
     group_commit: Option<GroupCommit>,
+    /// Set once a write failed with `Poisoned`: fjall accepts no write
+    /// after a failed journal write (a full disk, an I/O error) until the
+    /// process opens the database again, so the node must be restarted.
+    poisoned: AtomicBool,
 }
 
 impl Engine {
@@ -77,6 +81,7 @@ impl Engine {
             stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             stop: Arc::new(AtomicBool::new(false)),
             group_commit,
+            poisoned: AtomicBool::new(false),
         })
     }
 
@@ -160,15 +165,39 @@ impl Engine {
     /// Waits until every write made so far is as durable as `[kv] sync`
     /// promises: the group commit under `always`, nothing otherwise.
     pub async fn commit(&self) -> Result<(), KvError> {
-        match &self.group_commit {
+        let r = match &self.group_commit {
             Some(gc) => gc.commit().await,
             None => Ok(()),
+        };
+        self.noted(r)
+    }
+
+    /// Whether a write failed because the database is poisoned: no write
+    /// succeeds any more until the process is restarted (`/readyz` says so).
+    pub fn storage_failed(&self) -> bool {
+        self.poisoned.load(Ordering::Relaxed)
+    }
+
+    /// Passes `r` through, remembering a `Poisoned` failure.
+    fn noted<T>(&self, r: Result<T, KvError>) -> Result<T, KvError> {
+        if let Err(KvError::Storage(fjall::Error::Poisoned)) = &r {
+            if !self.poisoned.swap(true, Ordering::Relaxed) {
+                tracing::error!(
+                    "kv: the storage engine refuses every write after a failed one \
+                     (full disk or I/O error); restart the node once the disk is fixed"
+                );
+            }
         }
+        r
     }
 
     /// Last-write-wins insert into the journal and memtable, no fsync
     /// (callers then [`Engine::commit`]).
     pub fn apply_unsynced(&self, key: &[u8], record: &Record) -> Result<bool, KvError> {
+        self.noted(self.apply_unsynced_inner(key, record))
+    }
+
+    fn apply_unsynced_inner(&self, key: &[u8], record: &Record) -> Result<bool, KvError> {
         let _guard = self.stripe(key).lock();
         let newer = match self.get(key)? {
             Some(current) => record.supersedes(&current),
@@ -184,6 +213,10 @@ impl Engine {
     /// `sync = "always"` (anti-entropy's batches). Returns, per record,
     /// whether it was stored.
     pub fn apply_many(&self, records: &[(Bytes, Record)]) -> Result<Vec<bool>, KvError> {
+        self.noted(self.apply_many_inner(records))
+    }
+
+    fn apply_many_inner(&self, records: &[(Bytes, Record)]) -> Result<Vec<bool>, KvError> {
         let mut stored = Vec::with_capacity(records.len());
         for (key, record) in records {
             let _guard = self.stripe(key).lock();

@@ -82,6 +82,14 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
     for sink in &sinks {
         readiness.add_sink(sink.clone());
     }
+    if let Some(store) = &kv {
+        let engine = store.engine().clone();
+        readiness.add_check("kv", move || {
+            engine
+                .storage_failed()
+                .then(|| "storage refuses writes (full disk or I/O error); restart".to_owned())
+        });
+    }
     let mut tasks: Listeners = JoinSet::new();
 
     let backbone = cluster.as_ref().map(|n| n.backbone.clone());

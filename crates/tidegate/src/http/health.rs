@@ -9,11 +9,16 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use tidegate_hub::{Sink, SinkHealth};
 
-/// Shared readiness state: listeners report themselves, sinks are asked.
+/// A component's own readiness question: `Some(reason)` when not ready.
+type Check = Box<dyn Fn() -> Option<String> + Send + Sync>;
+
+/// Shared readiness state: listeners report themselves, sinks and other
+/// components (the KV store) are asked.
 #[derive(Clone, Default)]
 pub struct Readiness {
     listeners: Arc<Mutex<BTreeMap<&'static str, bool>>>,
     sinks: Arc<Mutex<Vec<Arc<dyn Sink>>>>,
+    checks: Arc<Mutex<Vec<(&'static str, Check)>>>,
     stopping: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -45,6 +50,16 @@ impl Readiness {
         self.sinks.lock().push(sink);
     }
 
+    /// Adds a component to ask: `check` answers why it is not ready, if it
+    /// is not; the reason is reported as `<name>: <reason>`.
+    pub fn add_check(
+        &self,
+        name: &'static str,
+        check: impl Fn() -> Option<String> + Send + Sync + 'static,
+    ) {
+        self.checks.lock().push((name, Box::new(check)));
+    }
+
     /// Marks the process as shutting down (not ready from now on).
     pub fn set_stopping(&self) {
         self.stopping
@@ -65,6 +80,11 @@ impl Readiness {
         for sink in self.sinks.lock().iter() {
             if let SinkHealth::NotReady(why) = sink.health() {
                 reasons.push(format!("sink {}: {why}", sink.name()));
+            }
+        }
+        for (name, check) in self.checks.lock().iter() {
+            if let Some(why) = check() {
+                reasons.push(format!("{name}: {why}"));
             }
         }
         ReadyReport {
@@ -107,5 +127,21 @@ mod tests {
         assert!(!rep.ready);
         assert_eq!(rep.reasons.len(), 2, "{:?}", rep.reasons);
         assert!(rep.reasons[1].contains("no broker connection"));
+    }
+
+    #[test]
+    fn a_component_check_that_answers_a_reason_makes_it_not_ready() {
+        let r = Readiness::default();
+        let failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let f = failed.clone();
+        r.add_check("kv", move || {
+            f.load(std::sync::atomic::Ordering::Relaxed)
+                .then(|| "storage refuses writes".to_owned())
+        });
+        assert!(r.report().ready);
+        failed.store(true, std::sync::atomic::Ordering::Relaxed);
+        let rep = r.report();
+        assert!(!rep.ready);
+        assert_eq!(rep.reasons, vec!["kv: storage refuses writes".to_owned()]);
     }
 }
