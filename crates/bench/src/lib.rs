@@ -1,5 +1,5 @@
 //! Tidegate's load generator. Each scenario reproduces one reference experiment
-//! (`../shared/seeds/`) with the same parameter names and prints the seed's
+//! (described in `docs/benchmarks.md`) with the same parameter names and prints the seed's
 //! columns. They share:
 //!
 //! - [`pacer`]: open-model fixed-rate schedules (latency from the *due* time);
