@@ -5,8 +5,12 @@
 //! The msgpack → JSON path writes straight from the msgpack bytes into the
 //! output with no intermediate tree. Strings that are not UTF-8 and binaries
 //! become JSON strings (invalid sequences replaced); map keys that are not
-//! strings become their JSON text; an EventTime inside a record becomes float
-//! seconds; other extension values and non-finite floats become `null`.
+//! strings become a string holding their text (written once, see
+//! [`write_value`]); an EventTime inside a record becomes float seconds;
+//! other extension values and non-finite floats become `null`.
+//!
+//! The output is linear in the input: every byte of the record is written
+//! (and escaped) at most once more, whatever its nesting.
 
 use std::io::Write;
 
@@ -21,10 +25,28 @@ pub fn msgpack_to_json(
     out: &mut Vec<u8>,
 ) -> Result<(), DecodeError> {
     let mut r = MsgReader::new(record);
-    write_value(&mut r, max_depth, out)
+    write_value(&mut r, max_depth, Context::Json, out)
 }
 
-fn write_value(r: &mut MsgReader<'_>, depth: usize, out: &mut Vec<u8>) -> Result<(), DecodeError> {
+/// Where a value is being written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Context {
+    /// As JSON.
+    Json,
+    /// As the text of a non-string map key, which the caller then writes
+    /// as one JSON string. Non-string keys nested inside it are written
+    /// bare (`{1:2}`, not `{"1":2}`): stringifying them again at every
+    /// level would escape the same bytes once per level, and a record of
+    /// 32 maps nested as keys would grow by 2^32 (found by the fuzzer).
+    KeyText,
+}
+
+fn write_value(
+    r: &mut MsgReader<'_>,
+    depth: usize,
+    cx: Context,
+    out: &mut Vec<u8>,
+) -> Result<(), DecodeError> {
     if depth == 0 {
         return Err(DecodeError::TooDeep { limit: 0 });
     }
@@ -59,7 +81,7 @@ fn write_value(r: &mut MsgReader<'_>, depth: usize, out: &mut Vec<u8>) -> Result
             if i > 0 {
                 out.push(b',');
             }
-            write_value(r, depth - 1, out)?;
+            write_value(r, depth - 1, cx, out)?;
         }
         out.push(b']');
         return Ok(());
@@ -72,13 +94,15 @@ fn write_value(r: &mut MsgReader<'_>, depth: usize, out: &mut Vec<u8>) -> Result
             }
             if let Some(k) = r.read_raw_bytes()? {
                 write_string(k, out);
+            } else if cx == Context::KeyText {
+                write_value(r, depth - 1, Context::KeyText, out)?;
             } else {
                 let mut key = Vec::new();
-                write_value(r, depth - 1, &mut key)?;
+                write_value(r, depth - 1, Context::KeyText, &mut key)?;
                 write_string(&key, out);
             }
             out.push(b':');
-            write_value(r, depth - 1, out)?;
+            write_value(r, depth - 1, cx, out)?;
         }
         out.push(b'}');
         return Ok(());
@@ -220,6 +244,32 @@ mod tests {
         let mut out = Vec::new();
         msgpack_to_json(&mp, 4, &mut out).unwrap();
         assert_eq!(out, br#"{"1":"hi"}"#);
+    }
+
+    #[test]
+    fn a_container_key_becomes_its_text_once() {
+        // {{1: [true]}: "v"}
+        let mp = [0x81, 0x81, 0x01, 0x91, 0xc3, 0xa1, b'v'];
+        let mut out = Vec::new();
+        msgpack_to_json(&mp, 8, &mut out).unwrap();
+        assert_eq!(out, br#"{"{1:[true]}":"v"}"#);
+        let back: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(back, serde_json::json!({"{1:[true]}": "v"}));
+    }
+
+    #[test]
+    fn maps_nested_as_keys_grow_the_output_linearly() {
+        // 30 one-entry maps, each the key of the one before, the innermost
+        // {"a": "b"}; the values are nil. Escaping each level's key again
+        // doubled the output per level (the fuzzer's 12 s input).
+        let levels = 30;
+        let mut mp = vec![0x81; levels];
+        mp.extend_from_slice(&[0x81, 0xa1, b'a', 0xa1, b'"']);
+        mp.extend(std::iter::repeat_n(0xc0, levels));
+        let mut out = Vec::new();
+        msgpack_to_json(&mp, 64, &mut out).unwrap();
+        assert!(out.len() < 8 * mp.len(), "{} bytes out", out.len());
+        serde_json::from_slice::<serde_json::Value>(&out).unwrap();
     }
 
     #[test]
