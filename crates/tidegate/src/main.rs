@@ -21,6 +21,15 @@ use clap::Parser;
 
 use crate::cli::{Cli, ClusterCommand, Command};
 
+/// jemalloc instead of glibc's malloc: per-request allocations of the HTTP
+/// path (hyper, axum's boxed services, bodies of a kilobyte or more) sent
+/// glibc into `_int_malloc` and `malloc_consolidate` for 28 % of a KV
+/// node's CPU; jemalloc's thread caches cut the CPU per PUT by about a third
+/// at the same memory per idle session (BENCHMARKS.md, "Global allocator").
+/// mimalloc was measured too and was slower here.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     logging::init(cli.log_format);
