@@ -8,7 +8,8 @@
 # delivered messages (both nodes together in the cluster run; the broker's
 # own CPU beside it), from /proc.
 #   bash scripts/bench/cluster.sh                       # the defaults below
-#   bash scripts/bench/cluster.sh --publish-rate 2000   # any bench push argument
+#   bash scripts/bench/cluster.sh --publish-rate 2000   # any bench push argument (replaces its default)
+#   CLUSTER_WARMUP=0 bash scripts/bench/cluster.sh      # measure a cold broker too
 #   CLUSTER_EXTRA='linger_ms = 5' bash scripts/bench/cluster.sh   # more [cluster] keys
 #   PROFILE_DIR=/tmp/prof bash scripts/bench/cluster.sh  # perf profile of node A too
 # Take the machine lock for it: flock /tmp/quiet.lock bash scripts/bench/cluster.sh
@@ -18,8 +19,18 @@ cd "$(dirname "$0")/../.."
 source scripts/bench/kafka-broker.sh
 kafka_bench_begin
 
-LOAD=(--transport ws --users 50 --subs 20 --topics 1000 --msg-bytes 1024
-      --publish-rate 5000 --messages 1000 --publishers 2 --drain-ms 5000 "$@")
+# The default load; an argument given on the command line replaces the
+# default of the same name (clap refuses an option given twice).
+DEFAULTS=(--transport ws --users 50 --subs 20 --topics 1000 --msg-bytes 1024
+          --publish-rate 5000 --messages 1000 --publishers 2 --drain-ms 5000)
+LOAD=()
+for ((i = 0; i < ${#DEFAULTS[@]}; i += 2)); do
+    case " $* " in
+        *" ${DEFAULTS[i]} "*) ;;
+        *) LOAD+=("${DEFAULTS[i]}" "${DEFAULTS[i + 1]}") ;;
+    esac
+done
+LOAD+=("$@")
 WORK="$(mktemp -d /tmp/tidegate-bench-cluster.XXXXXX)"
 PIDS=()
 cleanup() {
@@ -108,6 +119,14 @@ for i in $(seq 1 50); do
     sleep 0.2
     [ "$(metric "$PB" tidegate_cluster_received_total)" != "0" ] && break
 done
+# A fresh broker spends its first seconds compiling (JIT) at more than a
+# core of this machine: one unmeasured pass of the same load first
+# (CLUSTER_WARMUP=0 skips it), so the figures are of a warm broker, as in
+# production.
+if [ "${CLUSTER_WARMUP:-1}" != 0 ]; then
+    "$BIN" bench push --target "127.0.0.1:$PB" --publish-target "127.0.0.1:$PA" "${LOAD[@]}" \
+        --json > "$WORK/warmup.json"
+fi
 a0=$(ticks "$A_PID"); b0=$(ticks "$B_PID"); k0=$(ticks "$KAFKA_PID")
 if [ -n "${PROFILE_DIR:-}" ]; then
     # PROFILE_DIR=dir: also record node A's (the publishing node's) profile.

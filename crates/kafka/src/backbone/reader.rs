@@ -67,6 +67,9 @@ impl BackboneReader {
         metrics: ClusterMetrics,
     ) -> Result<Self, KafkaError> {
         let mut cc = ClientConfig::new();
+        // Latency over batching: a record is fetched as soon as it is on
+        // the broker. A default only: `[cluster.properties]` may change it.
+        cc.set("fetch.wait.max.ms", "10");
         for (k, v) in &config.properties {
             cc.set(k, v.to_string());
         }
@@ -78,10 +81,7 @@ impl BackboneReader {
             .set(
                 "queued.max.messages.kbytes",
                 config.read_ahead_kbytes.to_string(),
-            )
-            // Latency over batching: a record is fetched as soon as it is on
-            // the broker.
-            .set("fetch.wait.max.ms", "10");
+            );
         let consumer: StreamConsumer = cc.create()?;
         Ok(BackboneReader {
             consumer: Arc::new(consumer),
