@@ -191,7 +191,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin + QuickAck, R: ReadSide<S>> FrameIo<S, R>
         what: &'static str,
     ) -> Result<usize, FrameError> {
         let read = self.side.read(&mut self.stream, &mut self.rbuf, at_most);
-        match tokio::time::timeout(timeout, read).await {
+        // Pinned where it is and polled once before any timer: the read
+        // future (the listener core's, with its own timers inside) is large,
+        // and moving it into a `Timeout` on every read cost a memcpy that
+        // showed in the S2S server's profile; most reads of a busy
+        // connection find their bytes already there.
+        let done = {
+            tokio::pin!(read);
+            match futures::FutureExt::now_or_never(read.as_mut()) {
+                Some(r) => Ok(r),
+                None => tokio::time::timeout(timeout, read).await,
+            }
+        };
+        match done {
             Err(_) => Err(FrameError::Timeout(what)),
             Ok(Err(e)) => Err(FrameError::Io(e)),
             Ok(Ok(0)) => Err(FrameError::Eof),
