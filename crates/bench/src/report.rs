@@ -172,13 +172,19 @@ impl Report {
                 .collect();
             s.push_str(&format!("errors: {}\n", e.join(" ")));
         }
+        // A server the bench did not start (`--target`) cannot be sampled:
+        // say so rather than print a CPU and RSS of 0.
+        let server = if self.server.samples == 0 {
+            "server: not measured (not started by this bench)".to_owned()
+        } else {
+            format!(
+                "server: cpu avg {:.0}% max {:.0}%  rss max {} KiB",
+                self.server.cpu_pct_avg, self.server.cpu_pct_max, self.server.rss_kb_max
+            )
+        };
         s.push_str(&format!(
-            "server: cpu avg {:.0}% max {:.0}%  rss max {} KiB   client: cpu avg {:.0}%  rss max {} KiB\n",
-            self.server.cpu_pct_avg,
-            self.server.cpu_pct_max,
-            self.server.rss_kb_max,
-            self.client.cpu_pct_avg,
-            self.client.rss_kb_max
+            "{server}   client: cpu avg {:.0}%  rss max {} KiB\n",
+            self.client.cpu_pct_avg, self.client.rss_kb_max
         ));
         s
     }

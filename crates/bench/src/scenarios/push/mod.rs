@@ -372,6 +372,16 @@ fn ratio(a: f64, b: f64) -> Option<f64> {
     (b > 0.0).then(|| a / b)
 }
 
+/// `value` with no decimals, or "-" for a process that was not sampled (a
+/// `--target` server the bench did not start).
+fn unless_unsampled(stats: &ProcessStats, value: f64) -> String {
+    if stats.samples == 0 {
+        "-".into()
+    } else {
+        format!("{value:.0}")
+    }
+}
+
 fn ms(us: Option<f64>) -> String {
     us.map(|v| format!("{:.1}", v / 1000.0))
         .unwrap_or_else(|| "-".into())
@@ -478,12 +488,12 @@ fn fanout_table(args: &PushArgs, plan: &load::Plan, t: &Side, a: Option<&Side>) 
         ),
         (
             "server cpu avg (%)",
-            Box::new(|x: &Side| format!("{:.0}", x.server.cpu_pct_avg)),
+            Box::new(|x: &Side| unless_unsampled(&x.server, x.server.cpu_pct_avg)),
             None,
         ),
         (
             "server rss max (MiB)",
-            Box::new(|x: &Side| format!("{:.0}", x.server.rss_kb_max as f64 / 1024.0)),
+            Box::new(|x: &Side| unless_unsampled(&x.server, x.server.rss_kb_max as f64 / 1024.0)),
             None,
         ),
         (
