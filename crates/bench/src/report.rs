@@ -172,15 +172,13 @@ impl Report {
                 .collect();
             s.push_str(&format!("errors: {}\n", e.join(" ")));
         }
-        // A server the bench did not start (`--target`) cannot be sampled:
-        // say so rather than print a CPU and RSS of 0.
-        let server = if self.server.samples == 0 {
-            "server: not measured (not started by this bench)".to_owned()
-        } else {
+        let server = if self.server.measured() {
             format!(
                 "server: cpu avg {:.0}% max {:.0}%  rss max {} KiB",
                 self.server.cpu_pct_avg, self.server.cpu_pct_max, self.server.rss_kb_max
             )
+        } else {
+            "server: not measured (not started by this bench)".to_owned()
         };
         s.push_str(&format!(
             "{server}   client: cpu avg {:.0}%  rss max {} KiB\n",

@@ -20,6 +20,14 @@ pub struct ProcessStats {
     pub samples: u64,
 }
 
+impl ProcessStats {
+    /// Whether anything was sampled: a `--target` server the bench did not
+    /// start is not, and its zeros must not be printed as figures.
+    pub fn measured(&self) -> bool {
+        self.samples > 0
+    }
+}
+
 /// user + system CPU time of `pid` in clock ticks, from /proc/<pid>/stat.
 fn cpu_ticks(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

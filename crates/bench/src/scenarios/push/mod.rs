@@ -372,13 +372,12 @@ fn ratio(a: f64, b: f64) -> Option<f64> {
     (b > 0.0).then(|| a / b)
 }
 
-/// `value` with no decimals, or "-" for a process that was not sampled (a
-/// `--target` server the bench did not start).
-fn unless_unsampled(stats: &ProcessStats, value: f64) -> String {
-    if stats.samples == 0 {
-        "-".into()
-    } else {
+/// `value` with no decimals, or "-" for a process that was not sampled.
+fn if_measured(stats: &ProcessStats, value: f64) -> String {
+    if stats.measured() {
         format!("{value:.0}")
+    } else {
+        "-".into()
     }
 }
 
@@ -488,12 +487,12 @@ fn fanout_table(args: &PushArgs, plan: &load::Plan, t: &Side, a: Option<&Side>) 
         ),
         (
             "server cpu avg (%)",
-            Box::new(|x: &Side| unless_unsampled(&x.server, x.server.cpu_pct_avg)),
+            Box::new(|x: &Side| if_measured(&x.server, x.server.cpu_pct_avg)),
             None,
         ),
         (
             "server rss max (MiB)",
-            Box::new(|x: &Side| unless_unsampled(&x.server, x.server.rss_kb_max as f64 / 1024.0)),
+            Box::new(|x: &Side| if_measured(&x.server, x.server.rss_kb_max as f64 / 1024.0)),
             None,
         ),
         (
