@@ -144,6 +144,7 @@ type AckFuture = BoxFuture<'static, ChunkDone>;
 pub async fn run_session(conn: Connection, ctx: Arc<ServerContext>) {
     let Connection {
         mut stream,
+        peer,
         inbound,
         shutdown,
         metrics,
@@ -157,9 +158,9 @@ pub async fn run_session(conn: Connection, ctx: Arc<ServerContext>) {
         }
         match &e {
             ConnectionError::Io(_) | ConnectionError::Timeout(_) => {
-                tracing::debug!(error = %e, "forward: connection ended")
+                tracing::debug!(%peer, error = %e, "forward: connection ended")
             }
-            _ => tracing::warn!(error = %e, "forward: connection closed"),
+            _ => tracing::warn!(%peer, error = %e, "forward: connection closed"),
         }
     }
 }

@@ -217,13 +217,21 @@ impl Listener {
                 continue;
             };
             let _ = sock.set_nodelay(true);
-            let span = tracing::info_span!(
+            // A DEBUG span: entering and leaving a span on every poll of
+            // every connection task cost 6-9 % of an S2S transaction's
+            // latency at INFO (measured with two servers side by side, one
+            // with each level; BENCHMARKS.md, s2s). Events that matter at
+            // INFO and above name the peer themselves; `RUST_LOG=debug`
+            // (or `[conn]=debug` for these spans alone) puts every event
+            // of a connection in its context.
+            let span = tracing::debug_span!(
                 "conn",
                 listener = self.name,
                 %peer,
                 tls_id = tracing::field::Empty
             );
             let accepted = Accepted {
+                name: self.name,
                 sock,
                 peer,
                 tls: self.tls.clone(),
@@ -234,6 +242,7 @@ impl Listener {
             };
             let session = session.clone();
             let metrics = metrics.clone();
+            let name = self.name;
             tracker.spawn(
                 async move {
                     let _slot = slot;
@@ -254,7 +263,7 @@ impl Listener {
                             .map(|s| s.to_string())
                             .or_else(|| panic.downcast_ref::<String>().cloned())
                             .unwrap_or_default();
-                        tracing::error!(%peer, panic = %what, "session panicked; connection closed, listener goes on");
+                        tracing::error!(listener = name, %peer, panic = %what, "session panicked; connection closed, listener goes on");
                     }
                 }
                 .instrument(span),
@@ -276,6 +285,8 @@ impl Listener {
 
 /// A socket between `accept` and its session.
 struct Accepted {
+    /// The listener's name, for log events.
+    name: &'static str,
     sock: TcpStream,
     peer: SocketAddr,
     tls: Option<TlsAcceptor>,
@@ -304,12 +315,12 @@ impl Accepted {
                     Ok(Ok(s)) => s,
                     Ok(Err(e)) => {
                         self.metrics.error("tls_handshake");
-                        tracing::warn!(error = %e, "TLS handshake failed");
+                        tracing::warn!(listener = self.name, peer = %self.peer, error = %e, "TLS handshake failed");
                         return None;
                     }
                     Err(_) => {
                         self.metrics.error("tls_handshake_timeout");
-                        tracing::warn!(?limit, "TLS handshake timed out");
+                        tracing::warn!(listener = self.name, peer = %self.peer, ?limit, "TLS handshake timed out");
                         return None;
                     }
                 };

@@ -50,7 +50,7 @@ pub(crate) async fn run(s: &mut Session, port: &InputPort) -> Result<(), Session
             ResponseCode::ContinueTransaction => continue,
             ResponseCode::FinishTransaction => break,
             ResponseCode::CancelTransaction => {
-                info!(reason = r.message.as_deref().unwrap_or(""), port = %port.name, "client cancelled the transaction; rolled back");
+                info!(peer = %s.peer, reason = r.message.as_deref().unwrap_or(""), port = %port.name, "client cancelled the transaction; rolled back");
                 s.ports.metrics().error("client_cancel");
                 return Ok(());
             }

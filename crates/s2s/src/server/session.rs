@@ -40,6 +40,9 @@ pub(crate) struct Session {
     pub(crate) settled: Settled,
     port: Option<PortRef>,
     dn: Option<String>,
+    /// The client's address, named in the session's log events (the
+    /// listener's per-connection span is DEBUG-level).
+    pub(crate) peer: std::net::SocketAddr,
     raw_port: u16,
     codec_ok: bool,
 }
@@ -49,6 +52,7 @@ pub(crate) struct Session {
 pub(crate) async fn serve(conn: Connection, ports: S2sPorts, raw_port: u16) {
     let Connection {
         stream,
+        peer,
         tls,
         inbound,
         shutdown,
@@ -61,6 +65,7 @@ pub(crate) async fn serve(conn: Connection, ports: S2sPorts, raw_port: u16) {
         settled: Settled::default(),
         port: None,
         dn,
+        peer,
         raw_port,
         codec_ok: false,
     };
@@ -72,10 +77,10 @@ pub(crate) async fn serve(conn: Connection, ports: S2sPorts, raw_port: u16) {
         }
         match &e {
             SessionError::Refused(..) | SessionError::BadChecksum(_) => {
-                info!(error = %e, "s2s connection closed")
+                info!(peer = %s.peer, error = %e, "s2s connection closed")
             }
             _ => {
-                warn!(error = %e, "s2s connection closed with an error; open transaction rolled back")
+                warn!(peer = %s.peer, error = %e, "s2s connection closed with an error; open transaction rolled back")
             }
         }
     }
