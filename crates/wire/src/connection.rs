@@ -30,6 +30,7 @@ pub(crate) struct ConnectionContext {
 pub(crate) async fn serve(conn: Connection, ctx: ConnectionContext) {
     let Connection {
         stream,
+        peer,
         inbound,
         shutdown,
         metrics,
@@ -39,7 +40,7 @@ pub(crate) async fn serve(conn: Connection, ctx: ConnectionContext) {
     let (rd, wr) = stream.into_split();
     let out = Outbound::new(ctx.config.max_outbound_bytes);
     let cancel = shutdown.child_token();
-    let reader = Reader::new(&ctx, &out, &metrics, inbound);
+    let reader = Reader::new(&ctx, &out, &metrics, inbound, peer);
     tokio::join!(
         reader.run(rd, &cancel),
         writer::run(wr, &out, &ctx, &metrics, &cancel, &shutdown)

@@ -54,6 +54,9 @@ pub(crate) struct Reader<'a> {
     patterns: HashSet<String>,
     /// False until a valid AUTH when the listener has tokens.
     authenticated: bool,
+    /// The client's address, named in log events (the listener's
+    /// per-connection span is DEBUG-level).
+    peer: std::net::SocketAddr,
 }
 
 impl<'a> Reader<'a> {
@@ -62,8 +65,10 @@ impl<'a> Reader<'a> {
         out: &'a Outbound,
         metrics: &'a ListenerMetrics,
         inbound: Inbound,
+        peer: std::net::SocketAddr,
     ) -> Self {
         Reader {
+            peer,
             authenticated: !ctx.tokens.required(),
             ctx,
             out,
@@ -185,7 +190,7 @@ impl<'a> Reader<'a> {
     }
 
     fn unauthorized(&self, text: &str) -> ReadEnd {
-        tracing::info!("wire: {text}; closing the connection");
+        tracing::info!(peer = %self.peer, "wire: {text}; closing the connection");
         self.fatal(ErrorCode::Unauthorized, "auth_failed", text)
     }
 

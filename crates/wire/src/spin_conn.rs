@@ -532,7 +532,9 @@ impl SpinConn {
     }
 
     fn unauthorized(&mut self, text: &str) -> Fatal {
-        tracing::info!("wire: {text}; closing the connection");
+        // This runs on the poller thread, outside any connection span.
+        let peer = self.sock.peer_addr().ok();
+        tracing::info!(?peer, "wire: {text}; closing the connection");
         self.fatal(ErrorCode::Unauthorized, "auth_failed", text, true)
     }
 
