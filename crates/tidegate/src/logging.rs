@@ -9,9 +9,6 @@ use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 use crate::cli::LogFormat;
 
-/// The level when `RUST_LOG` is unset or cannot be parsed.
-const DEFAULT_FILTER: &str = "info";
-
 /// Installs the global subscriber.
 pub fn init(format: LogFormat) {
     let fmt = tracing_subscriber::fmt::layer()
@@ -48,10 +45,9 @@ fn filter(spec: Option<&str>) -> Box<dyn Layer<Registry> + Send + Sync> {
     }
 }
 
+/// `info` for everything: when `RUST_LOG` is unset or cannot be parsed.
 fn default_targets() -> Targets {
-    DEFAULT_FILTER
-        .parse()
-        .expect("the default filter is a valid directive")
+    Targets::new().with_default(tracing::Level::INFO)
 }
 
 #[cfg(test)]
