@@ -1,6 +1,8 @@
 //! `[push] write_delay_ms`: a session holds its first pending packet that
 //! long and sends what arrived meanwhile in the same write — one long-poll
 //! answer, one websocket flush (Engine.IO websocket and `/ws`).
+//! `[push] busy_write_delay_ms`: the same hold, only in a session that
+//! wrote recently; a quiet session writes at once.
 
 mod common;
 
@@ -18,6 +20,18 @@ const DELAY_MS: u64 = 500;
 fn delayed() -> PushConfig {
     PushConfig {
         write_delay_ms: DELAY_MS,
+        ..PushConfig::default()
+    }
+}
+
+const BUSY_MS: u64 = 200;
+/// Longer than the busy window (ten times `BUSY_MS`): a session whose last
+/// packet came this long ago is quiet.
+const QUIET: Duration = Duration::from_millis(10 * BUSY_MS + 200);
+
+fn busy() -> PushConfig {
+    PushConfig {
+        busy_write_delay_ms: BUSY_MS,
         ..PushConfig::default()
     }
 }
@@ -149,5 +163,84 @@ async fn a_ws_connection_flushes_what_the_delay_gathered_at_once() {
             r#"{"op":"message","topic":"d.x","payload":1}"#,
             r#"{"op":"message","topic":"d.x","payload":2}"#
         ]
+    );
+}
+
+#[tokio::test]
+async fn a_quiet_session_is_answered_at_once_and_a_busy_one_holds_the_busy_delay() {
+    let s = Server::start(busy()).await;
+    let sid = s.open(SIO).await;
+    assert_eq!(s.post(SIO, &sid, b"40").await.0, 200);
+    assert!(s.get(SIO, &sid).await.1.starts_with(b"40"));
+    assert_eq!(
+        s.post(SIO, &sid, br#"421["subscribe",["d.>"]]"#).await.0,
+        200
+    );
+    assert!(s.get(SIO, &sid).await.1.starts_with(b"431"));
+    tokio::time::sleep(QUIET).await;
+    // Quiet for longer than twice the delay: the waiting GET goes at once.
+    let ((st, body), t0) = tokio::join!(s.get(SIO, &sid), async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let t0 = Instant::now();
+        s.ctx.hub.publish(Message::new("d.x", "1")).await.unwrap();
+        t0
+    });
+    let quick = t0.elapsed();
+    assert_eq!((st, &body[..]), (200, &b"42[\"d.x\",1]"[..]));
+    assert!(quick < Duration::from_millis(150), "held {quick:?}");
+    // Right after that answer the session is busy: the next waiting GET
+    // holds its first packet and carries what arrived meanwhile.
+    let ((st, body), t1) = tokio::join!(s.get(SIO, &sid), async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let t1 = Instant::now();
+        s.ctx.hub.publish(Message::new("d.x", "2")).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        s.ctx.hub.publish(Message::new("d.x", "3")).await.unwrap();
+        t1
+    });
+    let held = t1.elapsed();
+    assert_eq!(st, 200);
+    assert_eq!(
+        body, b"42[\"d.x\",2]\x1e42[\"d.x\",3]",
+        "both in one answer"
+    );
+    assert!(
+        held >= Duration::from_millis(BUSY_MS - 30),
+        "answered {held:?} after the first packet"
+    );
+}
+
+#[tokio::test]
+async fn a_quiet_ws_connection_writes_at_once_and_a_busy_one_holds_the_busy_delay() {
+    let s = Server::start(busy()).await;
+    let mut t = raw_ws(&s, "/ws").await;
+    send_text(&mut t, r#"{"op":"subscribe","patterns":["d.>"]}"#).await;
+    assert!(read_text(&mut t).await.contains("subscribed"));
+    tokio::time::sleep(QUIET).await;
+    let t0 = Instant::now();
+    s.ctx.hub.publish(Message::new("d.x", "1")).await.unwrap();
+    assert_eq!(
+        read_text(&mut t).await,
+        r#"{"op":"message","topic":"d.x","payload":1}"#
+    );
+    let quick = t0.elapsed();
+    assert!(quick < Duration::from_millis(150), "held {quick:?}");
+    let t1 = Instant::now();
+    s.ctx.hub.publish(Message::new("d.x", "2")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    s.ctx.hub.publish(Message::new("d.x", "3")).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = t.read(&mut buf).await.unwrap();
+    let held = t1.elapsed();
+    assert_eq!(
+        frames(&buf[..n]),
+        [
+            r#"{"op":"message","topic":"d.x","payload":2}"#,
+            r#"{"op":"message","topic":"d.x","payload":3}"#
+        ]
+    );
+    assert!(
+        held >= Duration::from_millis(BUSY_MS - 30),
+        "written {held:?} after the first packet"
     );
 }

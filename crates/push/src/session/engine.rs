@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use axum::extract::ws::{Utf8Bytes, WebSocket};
 use base64::Engine as _;
@@ -96,6 +97,11 @@ struct State {
     polled_out: u64,
     /// A websocket's writing half, until the session task takes it.
     ws_writer: Option<WsWriter>,
+    /// When packets were last queued, and how long before that the
+    /// previous ones were: a long-poll answer is held only in a session
+    /// whose packets come close together (`busy_write_delay_ms`).
+    last_send: Option<tokio::time::Instant>,
+    send_gap: Option<Duration>,
 }
 
 /// What a polling GET gets.
@@ -144,6 +150,8 @@ impl EngineSession {
                 enqueued: 0,
                 polled_out: 0,
                 ws_writer: None,
+                last_send: None,
+                send_gap: None,
             }),
             writable: Notify::new(),
             drained: Notify::new(),
@@ -166,6 +174,11 @@ impl EngineSession {
         let before = st.outbox.len();
         st.outbox.extend(packets);
         st.enqueued += (st.outbox.len() - before) as u64;
+        if st.outbox.len() > before {
+            let now = tokio::time::Instant::now();
+            st.send_gap = st.last_send.map(|l| now.saturating_duration_since(l));
+            st.last_send = Some(now);
+        }
         let over = st.outbox.len() > OUTBOX_HARD_LIMIT;
         drop(st);
         if over {
@@ -302,6 +315,12 @@ impl EngineSession {
         drop(st);
         self.drained.notify_one();
         PollAnswer::Payload(body)
+    }
+
+    /// How long before the newest queued packets the previous ones were
+    /// queued (None before the second).
+    pub fn send_gap(&self) -> Option<Duration> {
+        self.state.lock().send_gap
     }
 
     /// Takes everything queued, for a websocket writer.

@@ -1,6 +1,8 @@
 //! HTTP long-polling: a GET waits for the session's outbox and answers with
-//! everything queued within maxPayload (one `\x1e`-joined body) — after
-//! holding the first packet `[push] write_delay_ms`, when set; a POST
+//! everything queued within maxPayload (one `\x1e`-joined body); a GET that
+//! had to wait holds its answer as a websocket write is held
+//! (`[push] busy_write_delay_ms`, `write_delay_ms`: [`crate::session::flush`]),
+//! so what arrives meanwhile rides along; a POST
 //! carries client packets. One GET and one POST at a time: a second
 //! concurrent one is a 400 and closes the session (spec). Polling after an
 //! upgrade is a 400.
@@ -18,6 +20,8 @@ use crate::engineio::handshake::HandshakeError;
 use crate::engineio::payload::decode_payload;
 use crate::engineio::EioError;
 use crate::session::engine::PollAnswer;
+use crate::session::flush::hold_for;
+use crate::session::task::DELIVERY_BATCH;
 use crate::session::EngineSession;
 
 /// A pending GET is answered with a noop after this long at most, so it
@@ -85,16 +89,23 @@ async fn get(s: &EngineSession, ctx: &PushContext) -> Response {
             ctx.config.ping_interval_ms + ctx.config.ping_timeout_ms,
         ));
     let delay = ctx.config.write_delay();
+    let busy_delay = ctx.config.busy_write_delay();
     let mut waited = false;
     loop {
-        if waited && !delay.is_zero() && s.outbox_len() > 0 {
+        let pending = s.outbox_len();
+        if waited && pending > 0 && pending < DELIVERY_BATCH {
             // The first packet for a GET that had to wait: hold the answer
-            // `write_delay_ms` so what arrives meanwhile rides along.
+            // (`write_delay_ms`, or `busy_write_delay_ms` when packets come
+            // close together) so what arrives meanwhile rides along. A GET
+            // that finds packets waiting takes them at once.
             waited = false;
-            let until = deadline.min(tokio::time::Instant::now() + delay);
-            tokio::select! {
-                _ = tokio::time::sleep_until(until) => {}
-                _ = s.closed() => {}
+            let now = tokio::time::Instant::now();
+            let until = deadline.min(now + hold_for(delay, busy_delay, s.send_gap()));
+            if until > now {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(until) => {}
+                    _ = s.closed() => {}
+                }
             }
         }
         let wake = s.writable();

@@ -128,6 +128,11 @@ pub struct PushArgs {
     /// npm anchor has no such setting).
     #[arg(long = "write-delay-ms", default_value_t = 0)]
     pub write_delay_ms: u64,
+    /// `[push] busy_write_delay_ms` of the spawned Tidegate server (how
+    /// long a session that wrote recently holds its next first packet);
+    /// unset: the server's default.
+    #[arg(long = "busy-write-delay-ms")]
+    pub busy_write_delay_ms: Option<u64>,
     /// Target (`--target` is the `[http]` address) and output options.
     #[command(flatten)]
     pub common: CommonArgs,
@@ -166,6 +171,7 @@ impl PushArgs {
             "seed": self.seed, "rounds": self.rounds(),
             "publish_target": self.publish_target.map(|a| a.to_string()),
             "write_delay_ms": self.write_delay_ms,
+            "busy_write_delay_ms": self.busy_write_delay_ms,
         })
     }
 }
@@ -230,10 +236,13 @@ fn tidegate_toml(args: &PushArgs) -> String {
     let conns = args.users * 2 + args.publishers + args.idle_sessions + 1000;
     // Only when set: a server from before the key (TIDEGATE_BENCH_SERVER)
     // refuses keys it does not know.
-    let delay = match args.write_delay_ms {
+    let mut delay = match args.write_delay_ms {
         0 => String::new(),
         ms => format!("write_delay_ms = {ms}\n"),
     };
+    if let Some(ms) = args.busy_write_delay_ms {
+        delay.push_str(&format!("busy_write_delay_ms = {ms}\n"));
+    }
     format!(
         "[http]\nmax_connections = {conns}\n[push]\nmax_sessions = {}\n{delay}",
         conns.max(100_000)
