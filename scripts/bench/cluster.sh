@@ -12,6 +12,7 @@
 #   CLUSTER_WARMUP=0 bash scripts/bench/cluster.sh      # measure a cold broker too
 #   CLUSTER_EXTRA='linger_ms = 5' bash scripts/bench/cluster.sh   # more [cluster] keys
 #   PROFILE_DIR=/tmp/prof bash scripts/bench/cluster.sh  # perf profile of node A too
+#   CLUSTER_PARTITIONS=1 bash scripts/bench/cluster.sh   # backbone partitions (default 4)
 # Take the machine lock for it: flock /tmp/quiet.lock bash scripts/bench/cluster.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,6 +32,7 @@ for ((i = 0; i < ${#DEFAULTS[@]}; i += 2)); do
     esac
 done
 LOAD+=("$@")
+PARTITIONS="${CLUSTER_PARTITIONS:-4}"
 WORK="$(mktemp -d /tmp/tidegate-bench-cluster.XXXXXX)"
 PIDS=()
 cleanup() {
@@ -72,7 +74,7 @@ EOF
 backbone = "kafka"
 brokers = "$KAFKA_BOOTSTRAP"
 node = "$name"
-partitions = 4
+partitions = $PARTITIONS
 ${CLUSTER_EXTRA:-}
 EOF
     fi
@@ -82,7 +84,7 @@ EOF
     local i
     for i in $(seq 1 300); do
         if curl -sf "http://127.0.0.1:$port/healthz" >/dev/null; then
-            if [ "$cluster" = 0 ] || [ "$(metric "$port" tidegate_cluster_partitions)" = 4 ]; then
+            if [ "$cluster" = 0 ] || [ "$(metric "$port" tidegate_cluster_partitions)" = "$PARTITIONS" ]; then
                 return 0
             fi
         fi

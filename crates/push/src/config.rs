@@ -31,8 +31,9 @@ pub const DEFAULT_RECOVERY_HISTORY: usize = 1024;
 /// 0, every wake-up writes at once.
 pub const DEFAULT_WRITE_DELAY_MS: u64 = 0;
 /// Default time a *busy* session (one whose previous packet came less than
-/// ten times this long before) holds its first pending packet, so one
-/// write carries several; a packet after a quiet spell goes at once.
+/// ten times this long before) holds its first pending packet while the
+/// server is loaded, so one write carries several; otherwise a packet goes
+/// at once.
 pub const DEFAULT_BUSY_WRITE_DELAY_MS: u64 = 10;
 /// Largest `write_delay_ms` (and `busy_write_delay_ms`) accepted: it adds to every delivery's latency.
 pub const MAX_WRITE_DELAY_MS: u64 = 1000;
@@ -104,13 +105,14 @@ pub struct PushConfig {
     /// much latency for fewer writes and requests when each session gets
     /// many messages a second; 0 writes at once.
     pub write_delay_ms: u64,
-    /// Like `write_delay_ms`, but only in a *busy* session, one whose
+    /// Like `write_delay_ms`, but only while the server is loaded (see
+    /// [`crate::session::load`]) and in a *busy* session, one whose
     /// previous packet came less than ten times this long before: its first
     /// pending packet waits this many milliseconds so the write (a
     /// websocket flush, a long-poll answer) carries what arrives meanwhile.
-    /// A packet after a quiet spell goes at once, so this adds latency only
-    /// where messages come close together, and there it saves a write
-    /// (over polling, a whole HTTP request) per message; 0 turns it off.
+    /// Otherwise a packet goes at once, so a server with CPU to spare adds
+    /// no latency, and a loaded one saves a write (over polling, a whole
+    /// HTTP request) per message; 0 turns it off.
     pub busy_write_delay_ms: u64,
 }
 

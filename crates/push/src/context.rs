@@ -7,6 +7,7 @@ use tidegate_hub::Hub;
 use crate::auth::{Grants, JwtError, JwtVerifier};
 use crate::config::PushConfig;
 use crate::recovery::RecoveryRegistry;
+use crate::session::load::LoadProbe;
 use crate::session::SessionRegistry;
 use crate::stats::PushStats;
 
@@ -25,6 +26,9 @@ pub struct PushContext {
     pub recovery: Arc<RecoveryRegistry>,
     /// Sessions by transport and messages out, for `$sys.stats`.
     pub stats: PushStats,
+    /// Whether the server is loaded (`busy_write_delay_ms` holds writes
+    /// only then).
+    pub load: Arc<LoadProbe>,
 }
 
 impl PushContext {
@@ -36,7 +40,13 @@ impl PushContext {
             .unwrap_or_else(|_| JwtVerifier::new(b"", "").expect("no key always builds"));
         let recovery = Arc::new(RecoveryRegistry::default());
         recovery.register_metrics(hub.metrics());
+        let load = LoadProbe::new();
+        if config.busy_write_delay_ms > 0 {
+            load.register_metrics(hub.metrics());
+            load.spawn();
+        }
         Arc::new(PushContext {
+            load,
             stats: PushStats::new(&hub),
             hub,
             config,

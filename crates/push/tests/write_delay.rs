@@ -169,6 +169,8 @@ async fn a_ws_connection_flushes_what_the_delay_gathered_at_once() {
 #[tokio::test]
 async fn a_quiet_session_is_answered_at_once_and_a_busy_one_holds_the_busy_delay() {
     let s = Server::start(busy()).await;
+    // As on a loaded server (the only place the busy delay holds anything).
+    s.ctx.load.force(Some(true));
     let sid = s.open(SIO).await;
     assert_eq!(s.post(SIO, &sid, b"40").await.0, 200);
     assert!(s.get(SIO, &sid).await.1.starts_with(b"40"));
@@ -213,6 +215,8 @@ async fn a_quiet_session_is_answered_at_once_and_a_busy_one_holds_the_busy_delay
 #[tokio::test]
 async fn a_quiet_ws_connection_writes_at_once_and_a_busy_one_holds_the_busy_delay() {
     let s = Server::start(busy()).await;
+    // As on a loaded server (the only place the busy delay holds anything).
+    s.ctx.load.force(Some(true));
     let mut t = raw_ws(&s, "/ws").await;
     send_text(&mut t, r#"{"op":"subscribe","patterns":["d.>"]}"#).await;
     assert!(read_text(&mut t).await.contains("subscribed"));
@@ -243,4 +247,27 @@ async fn a_quiet_ws_connection_writes_at_once_and_a_busy_one_holds_the_busy_dela
         held >= Duration::from_millis(BUSY_MS - 30),
         "written {held:?} after the first packet"
     );
+}
+
+#[tokio::test]
+async fn a_server_that_is_not_loaded_writes_at_once_however_busy_the_session() {
+    let s = Server::start(busy()).await;
+    s.ctx.load.force(Some(false));
+    let mut t = raw_ws(&s, "/ws").await;
+    send_text(&mut t, r#"{"op":"subscribe","patterns":["d.>"]}"#).await;
+    assert!(read_text(&mut t).await.contains("subscribed"));
+    for i in 1..=3 {
+        let t0 = Instant::now();
+        s.ctx
+            .hub
+            .publish(Message::new("d.x", i.to_string()))
+            .await
+            .unwrap();
+        assert_eq!(
+            read_text(&mut t).await,
+            format!(r#"{{"op":"message","topic":"d.x","payload":{i}}}"#)
+        );
+        let quick = t0.elapsed();
+        assert!(quick < Duration::from_millis(150), "held {quick:?}");
+    }
 }

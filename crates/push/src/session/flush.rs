@@ -4,17 +4,19 @@
 //! many messages a second.
 //!
 //! - `[push] busy_write_delay_ms` (default 10): the first pending packet
-//!   waits that long, but only in a *busy* session — one whose previous
-//!   packet came less than [`BUSY_WINDOW_FACTOR`] times the delay before
-//!   it. A packet after a quiet spell goes at once; a session getting
-//!   messages every few milliseconds sends them a few at a time.
+//!   waits that long, but only while the server is loaded
+//!   ([`crate::session::load`]) and only in a *busy* session — one whose
+//!   previous packet came less than [`BUSY_WINDOW_FACTOR`] times the delay
+//!   before it. Otherwise a packet goes at once, so a server with CPU to
+//!   spare adds no latency; a loaded one sends each busy session's
+//!   messages a few at a time, and so makes fewer writes (over polling,
+//!   fewer HTTP requests) just when it has too many.
 //!   Busy is judged by when packets arrive, not by when they were written,
-//!   and the window is wide, because a loaded server is exactly where it
-//!   matters: there each session task runs late and takes its messages in
-//!   bursts tens of milliseconds apart (measured: with a window of twice
-//!   the delay, sessions stopped batching under load and the long-poll
-//!   p99.9 tripled), and a session answering one message per write falls
-//!   further behind.
+//!   and the window is wide, because on a loaded server each session task
+//!   runs late and takes its messages in bursts tens of milliseconds apart
+//!   (measured: with a window of twice the delay, sessions stopped
+//!   batching under load and the long-poll p99.9 tripled), and a session
+//!   answering one message per write falls further behind.
 //! - `[push] write_delay_ms` (default 0): the first pending packet always
 //!   waits that long.
 //!
@@ -25,21 +27,25 @@ use std::time::Duration;
 
 use tokio::time::{sleep_until, Instant};
 
+use super::load::LoadProbe;
 use super::task::DELIVERY_BATCH;
+use std::sync::Arc;
 
 /// A session is busy when its previous packet came less than this many
 /// `busy_write_delay_ms` before the current one.
 pub const BUSY_WINDOW_FACTOR: u32 = 10;
 
 /// How long a write whose first packet came `since_previous` after the
-/// packet before it is held: `delay`, or `busy_delay` when that is less than
-/// [`BUSY_WINDOW_FACTOR`] times `busy_delay`.
+/// packet before it is held: `delay`, or `busy_delay` when the server is
+/// `loaded` and that gap is less than [`BUSY_WINDOW_FACTOR`] times
+/// `busy_delay`.
 pub fn hold_for(
     delay: Duration,
     busy_delay: Duration,
     since_previous: Option<Duration>,
+    loaded: bool,
 ) -> Duration {
-    if since_previous.is_some_and(|gap| gap < busy_delay * BUSY_WINDOW_FACTOR) {
+    if loaded && since_previous.is_some_and(|gap| gap < busy_delay * BUSY_WINDOW_FACTOR) {
         delay.max(busy_delay)
     } else {
         delay
@@ -54,17 +60,20 @@ pub struct FlushTimer {
     due_at: Option<Instant>,
     /// When packets were last seen pending.
     last_seen: Option<Instant>,
+    load: Arc<LoadProbe>,
 }
 
 impl FlushTimer {
     /// A timer holding the first pending packet `delay`, or `busy_delay`
-    /// in a busy session (zero for both: never holds).
-    pub fn new(delay: Duration, busy_delay: Duration) -> Self {
+    /// in a busy session while `load` says the server is loaded (zero for
+    /// both: never holds).
+    pub fn new(delay: Duration, busy_delay: Duration, load: Arc<LoadProbe>) -> Self {
         FlushTimer {
             delay,
             busy_delay,
             due_at: None,
             last_seen: None,
+            load,
         }
     }
 
@@ -82,10 +91,10 @@ impl FlushTimer {
         let now = Instant::now();
         let gap = self.last_seen.map(|l| now.saturating_duration_since(l));
         self.last_seen = Some(now);
-        let (delay, busy) = (self.delay, self.busy_delay);
+        let (delay, busy, load) = (self.delay, self.busy_delay, &self.load);
         let at = *self
             .due_at
-            .get_or_insert_with(|| now + hold_for(delay, busy, gap));
+            .get_or_insert_with(|| now + hold_for(delay, busy, gap, load.is_loaded()));
         now >= at
     }
 
@@ -113,7 +122,7 @@ mod tests {
 
     #[test]
     fn without_a_delay_anything_pending_is_due() {
-        let mut t = FlushTimer::new(Duration::ZERO, Duration::ZERO);
+        let mut t = FlushTimer::new(Duration::ZERO, Duration::ZERO, LoadProbe::new());
         assert!(!t.due(0));
         assert!(t.due(1));
         assert!(!t.is_armed());
@@ -121,7 +130,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_first_pending_packet_waits_the_delay_unless_a_batch_is_full() {
-        let mut t = FlushTimer::new(Duration::from_millis(200), Duration::ZERO);
+        let mut t = FlushTimer::new(Duration::from_millis(200), Duration::ZERO, LoadProbe::new());
         assert!(!t.due(1), "held");
         assert!(t.is_armed());
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -140,8 +149,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_busy_delay_holds_only_packets_that_follow_others_closely() {
-        let mut t = FlushTimer::new(Duration::ZERO, Duration::from_millis(200));
+    async fn the_busy_delay_holds_only_packets_that_follow_others_closely_when_loaded() {
+        let busy = Duration::from_millis(50);
+        let load = LoadProbe::new();
+        let mut t = FlushTimer::new(Duration::ZERO, busy, load.clone());
+        assert!(t.due(1), "not loaded: at once");
+        t.done();
+        assert!(t.due(1), "not loaded: at once even right after another");
+        t.done();
+        load.force(Some(true));
+        tokio::time::sleep(busy * BUSY_WINDOW_FACTOR + Duration::from_millis(20)).await;
         assert!(
             t.due(1),
             "the first packet after a quiet spell goes at once"
@@ -152,26 +169,25 @@ mod tests {
         let started = Instant::now();
         t.wait().await;
         let waited = started.elapsed();
-        assert!(waited >= Duration::from_millis(190), "{waited:?}");
+        assert!(waited >= Duration::from_millis(45), "{waited:?}");
         assert!(t.due(1));
         t.done();
-        tokio::time::sleep(
-            Duration::from_millis(200) * BUSY_WINDOW_FACTOR + Duration::from_millis(50),
-        )
-        .await;
+        tokio::time::sleep(busy * BUSY_WINDOW_FACTOR + Duration::from_millis(20)).await;
         assert!(t.due(1), "quiet for longer than the window: at once again");
     }
 
     #[test]
-    fn a_packet_is_held_when_it_came_within_the_busy_window_of_the_last() {
+    fn a_packet_is_held_when_loaded_and_within_the_busy_window_of_the_last() {
         let ms = Duration::from_millis;
         let window = ms(10) * BUSY_WINDOW_FACTOR;
-        assert_eq!(hold_for(ms(0), ms(10), None), ms(0));
-        assert_eq!(hold_for(ms(0), ms(10), Some(ms(5))), ms(10));
-        assert_eq!(hold_for(ms(0), ms(10), Some(window - ms(1))), ms(10));
-        assert_eq!(hold_for(ms(0), ms(10), Some(window)), ms(0));
-        assert_eq!(hold_for(ms(3), ms(0), Some(ms(0))), ms(3));
-        assert_eq!(hold_for(ms(30), ms(10), Some(ms(1))), ms(30));
-        assert_eq!(hold_for(ms(3), ms(10), Some(window * 2)), ms(3));
+        assert_eq!(hold_for(ms(0), ms(10), None, true), ms(0));
+        assert_eq!(hold_for(ms(0), ms(10), Some(ms(5)), true), ms(10));
+        assert_eq!(hold_for(ms(0), ms(10), Some(ms(5)), false), ms(0));
+        assert_eq!(hold_for(ms(0), ms(10), Some(window - ms(1)), true), ms(10));
+        assert_eq!(hold_for(ms(0), ms(10), Some(window), true), ms(0));
+        assert_eq!(hold_for(ms(3), ms(0), Some(ms(0)), true), ms(3));
+        assert_eq!(hold_for(ms(3), ms(10), Some(ms(0)), false), ms(3));
+        assert_eq!(hold_for(ms(30), ms(10), Some(ms(1)), true), ms(30));
+        assert_eq!(hold_for(ms(3), ms(10), Some(window * 2), true), ms(3));
     }
 }

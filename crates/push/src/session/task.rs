@@ -69,7 +69,11 @@ pub async fn run(
     let mut ping_mark = 0u64;
     let mut ws: Option<WsWriter> = None;
     let mut written: Vec<Outgoing> = Vec::new();
-    let mut flush = FlushTimer::new(ctx.config.write_delay(), ctx.config.busy_write_delay());
+    let mut flush = FlushTimer::new(
+        ctx.config.write_delay(),
+        ctx.config.busy_write_delay(),
+        ctx.load.clone(),
+    );
     let end = loop {
         if ws.is_none() {
             ws = session.take_ws_writer();

@@ -95,12 +95,14 @@ async fn get(s: &EngineSession, ctx: &PushContext) -> Response {
         let pending = s.outbox_len();
         if waited && pending > 0 && pending < DELIVERY_BATCH {
             // The first packet for a GET that had to wait: hold the answer
-            // (`write_delay_ms`, or `busy_write_delay_ms` when packets come
-            // close together) so what arrives meanwhile rides along. A GET
-            // that finds packets waiting takes them at once.
+            // (`write_delay_ms`, or `busy_write_delay_ms` when the server is
+            // loaded and packets come close together) so what arrives
+            // meanwhile rides along. A GET that finds packets waiting takes
+            // them at once.
             waited = false;
             let now = tokio::time::Instant::now();
-            let until = deadline.min(now + hold_for(delay, busy_delay, s.send_gap()));
+            let until =
+                deadline.min(now + hold_for(delay, busy_delay, s.send_gap(), ctx.load.is_loaded()));
             if until > now {
                 tokio::select! {
                     _ = tokio::time::sleep_until(until) => {}

@@ -117,7 +117,11 @@ async fn serve(
     // The newest offset written before the outstanding ping: its pong
     // shows the client got everything up to it (recovery on).
     let mut ping_offset = None;
-    let mut flush = FlushTimer::new(ctx.config.write_delay(), ctx.config.busy_write_delay());
+    let mut flush = FlushTimer::new(
+        ctx.config.write_delay(),
+        ctx.config.busy_write_delay(),
+        ctx.load.clone(),
+    );
     let end = loop {
         // One flush for everything the last wake-up produced. A client
         // that does not read stalls the write; one that lets a frame wait
