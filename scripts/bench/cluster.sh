@@ -12,7 +12,7 @@
 #   CLUSTER_WARMUP=0 bash scripts/bench/cluster.sh      # measure a cold broker too
 #   CLUSTER_EXTRA='linger_ms = 5' bash scripts/bench/cluster.sh   # more [cluster] keys
 #   PROFILE_DIR=/tmp/prof bash scripts/bench/cluster.sh  # perf profile of node A too
-#   CLUSTER_PARTITIONS=1 bash scripts/bench/cluster.sh   # backbone partitions (default 4)
+#   CLUSTER_PARTITIONS=1 bash scripts/bench/cluster.sh   # backbone partitions (default 1, as [cluster])
 #   PUSH_EXTRA='' bash scripts/bench/cluster.sh          # [push] keys of every node; by default
 #       busy_write_delay_ms = 0: that hold depends on how loaded the machine is, and the
 #       cluster run (broker, two nodes) loads it more than the single node, so it would
@@ -36,7 +36,7 @@ for ((i = 0; i < ${#DEFAULTS[@]}; i += 2)); do
     esac
 done
 LOAD+=("$@")
-PARTITIONS="${CLUSTER_PARTITIONS:-4}"
+PARTITIONS="${CLUSTER_PARTITIONS:-1}"
 WORK="$(mktemp -d /tmp/tidegate-bench-cluster.XXXXXX)"
 PIDS=()
 cleanup() {

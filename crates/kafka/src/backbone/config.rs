@@ -7,7 +7,7 @@
 //! topic = "tidegate-backbone"     # one Kafka topic, keyed by hub topic
 //! topics = [">"]                  # cluster-wide hub topics ($sys.> stays local)
 //! node = "web-1"                  # default: <hostname>-<http port>
-//! partitions = 12                 # when the topic is created
+//! partitions = 1                  # when the topic is created
 //! replication_factor = -1         # when the topic is created; -1: the broker's default
 //! linger_ms = 1
 //! queue_max_messages = 100000
@@ -76,9 +76,14 @@ impl ClusterConfig {
     pub const DEFAULT_BROKERS: &'static str = "127.0.0.1:9092";
     /// Default backbone topic.
     pub const DEFAULT_TOPIC: &'static str = "tidegate-backbone";
-    /// Default partition count of a created backbone topic: order is per
-    /// hub topic, so partitions only spread load between brokers.
-    pub const DEFAULT_PARTITIONS: i32 = 12;
+    /// Default partition count of a created backbone topic: one. Order is
+    /// per hub topic, so partitions only spread load between brokers, and
+    /// librdkafka batches (and lingers) per partition: at a given rate, N
+    /// partitions make N times smaller batches and N times the produce
+    /// requests. Measured at the seed's push load on one broker: 4
+    /// partitions cost 1.37–1.43× single-node CPU, 1 partition 1.15–1.30×
+    /// (BENCHMARKS.md, cluster). With several brokers, one per broker.
+    pub const DEFAULT_PARTITIONS: i32 = 1;
     /// Default `linger.ms`: 1 ms batches well at high rates and costs one
     /// millisecond of cross-node latency.
     pub const DEFAULT_LINGER_MS: u32 = 1;

@@ -23,13 +23,13 @@
 //! Long-polling holds the answer of a GET that had to wait the same way
 //! ([`crate::transport::polling`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::{sleep_until, Instant};
 
 use super::load::LoadProbe;
 use super::task::DELIVERY_BATCH;
-use std::sync::Arc;
 
 /// A session is busy when its previous packet came less than this many
 /// `busy_write_delay_ms` before the current one.
