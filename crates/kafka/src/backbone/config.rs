@@ -9,7 +9,7 @@
 //! node = "web-1"                  # default: <hostname>-<http port>
 //! partitions = 1                  # when the topic is created
 //! replication_factor = -1         # when the topic is created; -1: the broker's default
-//! linger_ms = 1
+//! linger_ms = 2
 //! queue_max_messages = 100000
 //! [cluster.properties]            # librdkafka, for the producer and the reader
 //! "security.protocol" = "ssl"
@@ -84,9 +84,11 @@ impl ClusterConfig {
     /// partitions cost 1.37–1.43× single-node CPU, 1 partition 1.15–1.30×
     /// (BENCHMARKS.md, cluster). With several brokers, one per broker.
     pub const DEFAULT_PARTITIONS: i32 = 1;
-    /// Default `linger.ms`: 1 ms batches well at high rates and costs one
-    /// millisecond of cross-node latency.
-    pub const DEFAULT_LINGER_MS: u32 = 1;
+    /// Default `linger.ms`: 2 ms. At the seed's push load on one broker
+    /// (one partition) it kept cross-node delivery within +6.4–10.3 ms at
+    /// p99 for 1.10–1.28× single-node CPU; 1 ms measured 1.24–1.33× for
+    /// +5.3–7.2 ms (BENCHMARKS.md, cluster).
+    pub const DEFAULT_LINGER_MS: u32 = 2;
     /// Default bound on unacknowledged backbone records.
     pub const DEFAULT_QUEUE_MAX_MESSAGES: usize = 100_000;
     /// Default reader prefetch per partition, 16 MiB.
@@ -230,7 +232,7 @@ mod tests {
         assert!(p[0].matches("a.b") && !p[0].matches("$sys.stats"));
         let k = c.producer_config();
         assert_eq!(k.topic, ClusterConfig::DEFAULT_TOPIC);
-        assert_eq!(k.linger_ms, 1);
+        assert_eq!(k.linger_ms, 2);
         k.client_config().unwrap();
     }
 

@@ -36,6 +36,9 @@ pub const NODE_SEEN_WINDOW: Duration = Duration::from_secs(60);
 /// again when the broker does not answer.
 pub const METADATA_RETRY: Duration = Duration::from_secs(1);
 
+/// What one fetch may take of one backbone partition.
+pub const MAX_PARTITION_FETCH_BYTES: usize = 8 * 1024 * 1024;
+
 /// The consumer group a node commits its backbone position under.
 pub fn node_group(node: &str) -> String {
     format!("tidegate-node-{node}")
@@ -70,6 +73,16 @@ impl BackboneReader {
         // Latency over batching: a record is fetched as soon as it is on
         // the broker. A default only: `[cluster.properties]` may change it.
         cc.set("fetch.wait.max.ms", "10");
+        // A fetch takes up to this much of one partition (librdkafka's
+        // default is 1 MiB): with one backbone partition (the default) and
+        // 1 KiB records at 50,000/s, 1 MiB per round trip to a busy broker
+        // could not keep up — cross-node p50 380 ms, against 8 ms with 8 MiB
+        // (BENCHMARKS.md, cluster). Memory stays bounded by
+        // `read_ahead_kbytes`.
+        cc.set(
+            "max.partition.fetch.bytes",
+            MAX_PARTITION_FETCH_BYTES.to_string(),
+        );
         for (k, v) in &config.properties {
             cc.set(k, v.to_string());
         }
