@@ -20,18 +20,6 @@ use tokio::net::TcpStream;
 const SIO: &str = "/socket.io/";
 const CAPACITY: usize = 16;
 
-async fn subscribed_session(s: &Server) -> String {
-    let sid = s.open(SIO).await;
-    assert_eq!(s.post(SIO, &sid, b"40").await.0, 200);
-    assert!(s.get(SIO, &sid).await.1.starts_with(b"40"));
-    assert_eq!(
-        s.post(SIO, &sid, br#"421["subscribe",["slow.>"]]"#).await.0,
-        200
-    );
-    assert!(s.get(SIO, &sid).await.1.starts_with(b"431"));
-    sid
-}
-
 async fn publish(s: &Server, n: usize) {
     for i in 0..n {
         s.ctx
@@ -51,7 +39,7 @@ async fn drop_oldest_bounds_the_backlog_counts_drops_and_keeps_the_newest() {
         ..PushConfig::default()
     })
     .await;
-    let sid = subscribed_session(&s).await;
+    let sid = s.subscribed_polling(SIO, "slow.>").await;
     let total = OUTBOX_SOFT_LIMIT * 3;
     publish(&s, total).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -82,7 +70,7 @@ async fn disconnect_policy_ends_the_slow_session_and_counts_it() {
         ..PushConfig::default()
     })
     .await;
-    let sid = subscribed_session(&s).await;
+    let sid = s.subscribed_polling(SIO, "slow.>").await;
     publish(&s, OUTBOX_SOFT_LIMIT + 4 * CAPACITY).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(s.ctx.hub.metrics().disconnected_slow.get() >= 1);

@@ -1,8 +1,8 @@
 //! `[push] write_delay_ms`: a session holds its first pending packet that
 //! long and sends what arrived meanwhile in the same write — one long-poll
 //! answer, one websocket flush (Engine.IO websocket and `/ws`).
-//! `[push] busy_write_delay_ms`: the same hold, only in a session that
-//! wrote recently; a quiet session writes at once.
+//! `[push] busy_write_delay_ms`: the same hold, only while the server is
+//! loaded and in a session whose packets come close together.
 
 mod common;
 
@@ -48,14 +48,7 @@ async fn publish_two(s: &Server) -> Instant {
 #[tokio::test]
 async fn a_waiting_poll_is_answered_once_with_everything_the_delay_gathered() {
     let s = Server::start(delayed()).await;
-    let sid = s.open(SIO).await;
-    assert_eq!(s.post(SIO, &sid, b"40").await.0, 200);
-    assert!(s.get(SIO, &sid).await.1.starts_with(b"40"));
-    assert_eq!(
-        s.post(SIO, &sid, br#"421["subscribe",["d.>"]]"#).await.0,
-        200
-    );
-    assert!(s.get(SIO, &sid).await.1.starts_with(b"431"));
+    let sid = s.subscribed_polling(SIO, "d.>").await;
     // A GET waits; the first message arrives, the second 100 ms later.
     let ((st, body), t0) = tokio::join!(s.get(SIO, &sid), async {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -110,6 +103,14 @@ async fn read_text(t: &mut TcpStream) -> String {
     String::from_utf8(body).unwrap()
 }
 
+/// A `/ws` connection subscribed to `d.>` (the answer already read).
+async fn subscribed_ws(s: &Server) -> TcpStream {
+    let mut t = raw_ws(s, "/ws").await;
+    send_text(&mut t, r#"{"op":"subscribe","patterns":["d.>"]}"#).await;
+    assert!(read_text(&mut t).await.contains("subscribed"));
+    t
+}
+
 /// The short text frames of what one read returned.
 fn frames(mut b: &[u8]) -> Vec<String> {
     let mut out = Vec::new();
@@ -154,9 +155,7 @@ async fn a_socket_io_websocket_flushes_what_the_delay_gathered_at_once() {
 #[tokio::test]
 async fn a_ws_connection_flushes_what_the_delay_gathered_at_once() {
     let s = Server::start(delayed()).await;
-    let mut t = raw_ws(&s, "/ws").await;
-    send_text(&mut t, r#"{"op":"subscribe","patterns":["d.>"]}"#).await;
-    assert!(read_text(&mut t).await.contains("subscribed"));
+    let mut t = subscribed_ws(&s).await;
     assert_eq!(
         both_in_one_write(&s, &mut t).await,
         [
@@ -171,14 +170,7 @@ async fn a_quiet_session_is_answered_at_once_and_a_busy_one_holds_the_busy_delay
     let s = Server::start(busy()).await;
     // As on a loaded server (the only place the busy delay holds anything).
     s.ctx.load.force(Some(true));
-    let sid = s.open(SIO).await;
-    assert_eq!(s.post(SIO, &sid, b"40").await.0, 200);
-    assert!(s.get(SIO, &sid).await.1.starts_with(b"40"));
-    assert_eq!(
-        s.post(SIO, &sid, br#"421["subscribe",["d.>"]]"#).await.0,
-        200
-    );
-    assert!(s.get(SIO, &sid).await.1.starts_with(b"431"));
+    let sid = s.subscribed_polling(SIO, "d.>").await;
     tokio::time::sleep(QUIET).await;
     // Quiet for longer than twice the delay: the waiting GET goes at once.
     let ((st, body), t0) = tokio::join!(s.get(SIO, &sid), async {
@@ -217,9 +209,7 @@ async fn a_quiet_ws_connection_writes_at_once_and_a_busy_one_holds_the_busy_dela
     let s = Server::start(busy()).await;
     // As on a loaded server (the only place the busy delay holds anything).
     s.ctx.load.force(Some(true));
-    let mut t = raw_ws(&s, "/ws").await;
-    send_text(&mut t, r#"{"op":"subscribe","patterns":["d.>"]}"#).await;
-    assert!(read_text(&mut t).await.contains("subscribed"));
+    let mut t = subscribed_ws(&s).await;
     tokio::time::sleep(QUIET).await;
     let t0 = Instant::now();
     s.ctx.hub.publish(Message::new("d.x", "1")).await.unwrap();
@@ -253,9 +243,7 @@ async fn a_quiet_ws_connection_writes_at_once_and_a_busy_one_holds_the_busy_dela
 async fn a_server_that_is_not_loaded_writes_at_once_however_busy_the_session() {
     let s = Server::start(busy()).await;
     s.ctx.load.force(Some(false));
-    let mut t = raw_ws(&s, "/ws").await;
-    send_text(&mut t, r#"{"op":"subscribe","patterns":["d.>"]}"#).await;
-    assert!(read_text(&mut t).await.contains("subscribed"));
+    let mut t = subscribed_ws(&s).await;
     for i in 1..=3 {
         let t0 = Instant::now();
         s.ctx

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::engineio::handshake::Transport;
 use crate::engineio::packet::EioPacket;
 use crate::engineio::payload::encode_payload;
+use crate::session::flush::ArrivalGap;
 
 /// Packets the outbox holds before the session task stops taking messages
 /// from its hub queue (which then applies its overflow policy).
@@ -97,11 +98,10 @@ struct State {
     polled_out: u64,
     /// A websocket's writing half, until the session task takes it.
     ws_writer: Option<WsWriter>,
-    /// When packets were last queued, and how long before that the
-    /// previous ones were: a long-poll answer is held only in a session
-    /// whose packets come close together (`busy_write_delay_ms`).
-    last_send: Option<tokio::time::Instant>,
-    send_gap: Option<Duration>,
+    /// When packets are queued while polling: a long-poll answer is held
+    /// only in a session whose packets come close together
+    /// (`busy_write_delay_ms`; a websocket's session task tracks its own).
+    arrivals: ArrivalGap,
 }
 
 /// What a polling GET gets.
@@ -150,8 +150,7 @@ impl EngineSession {
                 enqueued: 0,
                 polled_out: 0,
                 ws_writer: None,
-                last_send: None,
-                send_gap: None,
+                arrivals: ArrivalGap::default(),
             }),
             writable: Notify::new(),
             drained: Notify::new(),
@@ -174,10 +173,8 @@ impl EngineSession {
         let before = st.outbox.len();
         st.outbox.extend(packets);
         st.enqueued += (st.outbox.len() - before) as u64;
-        if st.outbox.len() > before {
-            let now = tokio::time::Instant::now();
-            st.send_gap = st.last_send.map(|l| now.saturating_duration_since(l));
-            st.last_send = Some(now);
+        if st.transport == Transport::Polling && st.outbox.len() > before {
+            st.arrivals.note(tokio::time::Instant::now());
         }
         let over = st.outbox.len() > OUTBOX_HARD_LIMIT;
         drop(st);
@@ -317,10 +314,10 @@ impl EngineSession {
         PollAnswer::Payload(body)
     }
 
-    /// How long before the newest queued packets the previous ones were
-    /// queued (None before the second).
+    /// While polling: how long before the newest queued packets the
+    /// previous ones were queued (None before the second).
     pub fn send_gap(&self) -> Option<Duration> {
-        self.state.lock().send_gap
+        self.state.lock().arrivals.gap()
     }
 
     /// Takes everything queued, for a websocket writer.

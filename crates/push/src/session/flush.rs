@@ -52,14 +52,36 @@ pub fn hold_for(
     }
 }
 
+/// When packets arrive: how long the newest came after the ones before
+/// (what [`hold_for`] calls `since_previous`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ArrivalGap {
+    last: Option<Instant>,
+    gap: Option<Duration>,
+}
+
+impl ArrivalGap {
+    /// Packets arrived at `now`.
+    pub fn note(&mut self, now: Instant) {
+        self.gap = self.last.map(|l| now.saturating_duration_since(l));
+        self.last = Some(now);
+    }
+
+    /// How long the newest packets came after the previous ones (None
+    /// before the second arrival).
+    pub fn gap(&self) -> Option<Duration> {
+        self.gap
+    }
+}
+
 /// Decides when pending packets are written: at once when a whole delivery
 /// batch is pending, else once the first has been held ([`hold_for`]).
 pub struct FlushTimer {
     delay: Duration,
     busy_delay: Duration,
     due_at: Option<Instant>,
-    /// When packets were last seen pending.
-    last_seen: Option<Instant>,
+    /// When packets were seen pending.
+    arrivals: ArrivalGap,
     load: Arc<LoadProbe>,
 }
 
@@ -72,7 +94,7 @@ impl FlushTimer {
             delay,
             busy_delay,
             due_at: None,
-            last_seen: None,
+            arrivals: ArrivalGap::default(),
             load,
         }
     }
@@ -89,12 +111,19 @@ impl FlushTimer {
             return true;
         }
         let now = Instant::now();
-        let gap = self.last_seen.map(|l| now.saturating_duration_since(l));
-        self.last_seen = Some(now);
-        let (delay, busy, load) = (self.delay, self.busy_delay, &self.load);
-        let at = *self
-            .due_at
-            .get_or_insert_with(|| now + hold_for(delay, busy, gap, load.is_loaded()));
+        self.arrivals.note(now);
+        let at = match self.due_at {
+            Some(at) => at,
+            None => {
+                let hold = hold_for(
+                    self.delay,
+                    self.busy_delay,
+                    self.arrivals.gap(),
+                    self.load.is_loaded(),
+                );
+                *self.due_at.insert(now + hold)
+            }
+        };
         now >= at
     }
 

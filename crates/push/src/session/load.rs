@@ -9,7 +9,7 @@
 //! writes (and, over polling, of HTTP requests) just when they are what
 //! the server has too many of, and costs nothing when it is not.
 
-use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -29,12 +29,11 @@ const AUTO: u8 = 0;
 const LOADED: u8 = 1;
 const IDLE: u8 = 2;
 
-/// The smoothed lateness of a periodic timer (exported as
-/// `tidegate_push_scheduling_lag_us`).
+/// The smoothed lateness of a periodic timer, in microseconds (the gauge
+/// exported as `tidegate_push_scheduling_lag_us`).
 #[derive(Debug, Default)]
 pub struct LoadProbe {
-    lag_us: AtomicI64,
-    gauge: Gauge,
+    lag_us: Gauge,
     forced: AtomicU8,
 }
 
@@ -49,7 +48,7 @@ impl LoadProbe {
         m.register(
             "push_scheduling_lag_us",
             "How late, smoothed, the runtime wakes a task whose timer is due (push holds busy sessions' writes while it is high)",
-            self.gauge.clone(),
+            self.lag_us.clone(),
         );
     }
 
@@ -80,15 +79,13 @@ impl LoadProbe {
     /// of 113–129).
     pub fn note(&self, late: Duration) {
         let sample = late.as_micros().min(i64::MAX as u128) as i64;
-        let old = self.lag_us.load(Ordering::Relaxed);
-        let new = old + (sample - old) / 32;
-        self.lag_us.store(new, Ordering::Relaxed);
-        self.gauge.set(new);
+        let old = self.lag_us.get();
+        self.lag_us.set(old + (sample - old) / 32);
     }
 
     /// The smoothed lateness.
     pub fn lag(&self) -> Duration {
-        Duration::from_micros(self.lag_us.load(Ordering::Relaxed).max(0) as u64)
+        Duration::from_micros(self.lag_us.get().max(0) as u64)
     }
 
     /// Whether the server is loaded now.

@@ -81,6 +81,18 @@ impl Server {
         )
         .await
     }
+
+    /// A Socket.IO session over polling, connected to `/` and subscribed to
+    /// `pattern` (CONNECT and the subscribe ack already read); its sid.
+    pub async fn subscribed_polling(&self, path: &str, pattern: &str) -> String {
+        let sid = self.open(path).await;
+        assert_eq!(self.post(path, &sid, b"40").await.0, 200);
+        assert!(self.get(path, &sid).await.1.starts_with(b"40"));
+        let subscribe = format!(r#"421["subscribe",["{pattern}"]]"#);
+        assert_eq!(self.post(path, &sid, subscribe.as_bytes()).await.0, 200);
+        assert!(self.get(path, &sid).await.1.starts_with(b"431"));
+        sid
+    }
 }
 
 /// Status and (de-chunked) body of a raw response.
