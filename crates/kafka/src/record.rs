@@ -13,6 +13,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
 use tidegate_hub::{AckToken, Message, SharedMessage};
 
+use crate::backbone::bundler::ATTR_BUNDLE_PARTITION;
 use crate::key::KeyField;
 use crate::{KafkaConfig, TopicMapper};
 
@@ -37,10 +38,11 @@ pub struct RecordShape {
     backbone: Option<BackboneShape>,
 }
 
-/// The backbone's record shape: one Kafka topic, the hub topic as the
-/// record key (so one hub topic stays on one partition, in order), the
-/// publishing node and the message's own key as headers
-/// ([`crate::backbone::codec`]).
+/// The backbone's record shape: the messages the backbone's producer is
+/// handed are bundles ([`crate::backbone::bundler`]), each already bound
+/// for one partition ([`ATTR_BUNDLE_PARTITION`]); the record carries the
+/// bundle as its value and the publishing node and the bundle marker as
+/// headers ([`crate::backbone::codec`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackboneShape {
     /// The backbone Kafka topic.
@@ -81,7 +83,10 @@ impl RecordShape {
         if let Some(b) = &self.backbone {
             return Address {
                 topic: Cow::Borrowed(&b.topic),
-                key: Some(Cow::Borrowed(msg.topic.as_bytes())),
+                key: None,
+                partition: msg
+                    .attribute(ATTR_BUNDLE_PARTITION)
+                    .and_then(|p| p.parse().ok()),
                 backbone: Some(b),
             };
         }
@@ -92,6 +97,7 @@ impl RecordShape {
         Address {
             topic: self.topics.map(&msg.topic),
             key: from_payload.or_else(|| msg.key.as_deref().map(Cow::Borrowed)),
+            partition: None,
             backbone: None,
         }
     }
@@ -104,7 +110,11 @@ pub struct Address<'a> {
     pub topic: Cow<'a, str>,
     /// The record key, if any.
     pub key: Option<Cow<'a, [u8]>>,
-    /// Set for a backbone record: the node and message key go in headers.
+    /// The partition, when the record names it (backbone bundles);
+    /// otherwise the partitioner picks one from the key.
+    pub partition: Option<i32>,
+    /// Set for a backbone record: the node and the bundle marker go in
+    /// headers.
     pub backbone: Option<&'a BackboneShape>,
 }
 
@@ -116,28 +126,23 @@ impl<'a> Address<'a> {
         if let Some(key) = &self.key {
             record = record.key(&key[..]);
         }
+        if let Some(p) = self.partition {
+            record = record.partition(p);
+        }
         if msg.timestamp_ns != 0 {
             record =
                 record.timestamp(i64::try_from(msg.timestamp_ns / 1_000_000).unwrap_or(i64::MAX));
         }
         if let Some(b) = self.backbone {
-            let mut headers = OwnedHeaders::new_with_capacity(2 + msg.attributes.len());
-            headers = headers.insert(Header {
-                key: crate::backbone::codec::HEADER_NODE,
-                value: Some(b.node.as_bytes()),
-            });
-            if let Some(key) = &msg.key {
-                headers = headers.insert(Header {
-                    key: crate::backbone::codec::HEADER_KEY,
-                    value: Some(&key[..]),
+            let headers = OwnedHeaders::new_with_capacity(2)
+                .insert(Header {
+                    key: crate::backbone::codec::HEADER_NODE,
+                    value: Some(b.node.as_bytes()),
+                })
+                .insert(Header {
+                    key: crate::backbone::codec::HEADER_BUNDLE,
+                    value: Some(&b"1"[..]),
                 });
-            }
-            for (name, value) in &msg.attributes {
-                headers = headers.insert(Header {
-                    key: name,
-                    value: Some(value.as_bytes()),
-                });
-            }
             record = record.headers(headers);
         } else if !msg.attributes.is_empty() {
             let mut headers = OwnedHeaders::new_with_capacity(msg.attributes.len());

@@ -102,7 +102,8 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
             }
             tokio::join!(
                 node.reader.run(hub, token.clone().cancelled_owned()),
-                node.heartbeat.run(token.cancelled_owned()),
+                node.heartbeat.run(token.clone().cancelled_owned()),
+                node.writer.run(token.cancelled_owned()),
             );
             Ok::<(), String>(())
         });
@@ -186,7 +187,7 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
     hub.flush_sinks(grace).await;
     if let Some(b) = &backbone {
         // What was published last still reaches the other nodes.
-        tidegate_hub::Sink::flush(b.sink(), grace).await;
+        b.flush(grace).await;
     }
     info!("tidegate stopped");
     result

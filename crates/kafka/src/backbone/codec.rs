@@ -1,38 +1,44 @@
-//! A backbone record ↔ a hub message.
+//! A backbone record ↔ hub messages.
 //!
-//! Encoding is the sink's record shape for the backbone
-//! ([`crate::record::BackboneShape`]): record key = hub topic, value =
-//! payload, timestamp = event time (ms), headers = [`HEADER_NODE`] (the
-//! publishing node), [`HEADER_KEY`] (the message key, when it has one),
-//! then the attributes. [`decode`] reverses it and adds where the record
-//! sits in Kafka ([`ATTR_PARTITION`], [`ATTR_OFFSET`]: the event's
-//! position in the cluster's history).
+//! What a node writes is a *bundle record*: headers [`HEADER_NODE`] (the
+//! publishing node) and [`HEADER_BUNDLE`], value = up to 1,024 hub messages
+//! in the bundle layout ([`tidegate_hub::backbone::bundle`]), partition
+//! chosen from the hub topic ([`bundle::partition_of`]), so one hub topic
+//! keeps one partition and one order. [`decode`] also reads the older
+//! one-message record (key = hub topic, value = payload, headers = node,
+//! message key, attributes), so nodes of both kinds can share a backbone
+//! during an upgrade. Either way it adds where each message sits in Kafka
+//! ([`ATTR_PARTITION`], [`ATTR_POSITION`]: the event's position in the
+//! cluster's history, record offset and index folded into one number).
 //!
 //! Pure and hostile-input safe: anyone who can write to the backbone topic
-//! can write anything, so the topic is checked, headers are bounded, and
-//! nothing panics.
+//! can write anything, so topics are checked, headers and bundles are
+//! bounded, and nothing panics.
 
 use bytes::Bytes;
 use thiserror::Error;
+use tidegate_hub::backbone::bundle::{self, BundleError};
 use tidegate_hub::message::now_ns;
 use tidegate_hub::topic::{is_system_topic, validate_topic};
 use tidegate_hub::Message;
 
-pub use tidegate_hub::backbone::{ATTR_OFFSET, ATTR_PARTITION};
+pub use tidegate_hub::backbone::{ATTR_PARTITION, ATTR_POSITION};
 
-/// Header naming the node that published the message.
+/// Header naming the node that published the record.
 pub const HEADER_NODE: &str = "tidegate.node";
-/// Header carrying the message's own key.
+/// Header carrying the message's own key (one-message records).
 pub const HEADER_KEY: &str = "tidegate.key";
+/// Header marking a bundle record (value `1`, the layout version).
+pub const HEADER_BUNDLE: &str = "tidegate.bundle";
 /// Headers carried per record, as for the Kafka source.
 pub const MAX_HEADERS: usize = crate::source::record::MAX_HEADERS;
 
 /// The parts of a backbone record [`decode`] reads.
 #[derive(Debug, Clone, Copy)]
 pub struct RecordParts<'a, H> {
-    /// Record key: the hub topic.
+    /// Record key: the hub topic (one-message records).
     pub key: Option<&'a [u8]>,
-    /// Value: the payload.
+    /// Value: the payload, or the bundle.
     pub value: Option<&'a [u8]>,
     /// Timestamp, ms.
     pub timestamp_ms: Option<i64>,
@@ -47,13 +53,14 @@ pub struct RecordParts<'a, H> {
 /// A decoded backbone record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decoded {
-    /// The message to fan out.
-    pub message: Message,
+    /// Its messages in order, each to fan out or refused (its neighbours
+    /// are delivered all the same).
+    pub messages: Vec<Result<Message, DecodeError>>,
     /// The node that published it, when the record says.
     pub node: Option<String>,
 }
 
-/// Why a backbone record cannot be delivered.
+/// Why a backbone record, or one message of it, cannot be delivered.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum DecodeError {
     /// No record key (no hub topic).
@@ -65,6 +72,9 @@ pub enum DecodeError {
     /// More headers than [`MAX_HEADERS`] plus the two of the backbone.
     #[error("backbone record has more than {MAX_HEADERS} headers")]
     TooManyHeaders,
+    /// A bundle record whose bundle does not read.
+    #[error("backbone bundle: {0}")]
+    Bundle(#[from] BundleError),
 }
 
 /// Decodes one backbone record.
@@ -72,16 +82,10 @@ pub fn decode<'a, H>(parts: RecordParts<'a, H>) -> Result<Decoded, DecodeError>
 where
     H: IntoIterator<Item = (&'a str, Option<&'a [u8]>)>,
 {
-    let key = parts.key.ok_or(DecodeError::NoTopic)?;
-    let topic =
-        std::str::from_utf8(key).map_err(|_| DecodeError::BadTopic("not UTF-8".to_owned()))?;
-    if is_system_topic(topic) {
-        return Err(DecodeError::BadTopic(format!("{topic:?} is local-only")));
-    }
-    validate_topic(topic).map_err(|e| DecodeError::BadTopic(e.to_string()))?;
     let mut node = None;
     let mut message_key = None;
     let mut attributes = Vec::new();
+    let mut is_bundle = false;
     for (i, (name, value)) in parts.headers.into_iter().enumerate() {
         if i >= MAX_HEADERS + 2 {
             return Err(DecodeError::TooManyHeaders);
@@ -91,58 +95,99 @@ where
         // name is an attribute like any other.
         if i == 0 && name == HEADER_NODE {
             node = Some(String::from_utf8_lossy(value).into_owned());
+        } else if i <= 1 && name == HEADER_BUNDLE && attributes.is_empty() {
+            is_bundle = true;
         } else if i <= 1 && name == HEADER_KEY && message_key.is_none() && attributes.is_empty() {
             message_key = Some(Bytes::copy_from_slice(value));
         } else {
             attributes.push((name.to_owned(), String::from_utf8_lossy(value).into_owned()));
         }
     }
-    attributes.push((ATTR_PARTITION.to_owned(), parts.partition.to_string()));
-    attributes.push((ATTR_OFFSET.to_owned(), parts.offset.to_string()));
+    let partition = parts.partition.to_string();
+    let at = |index: usize| {
+        bundle::position(parts.offset, index)
+            .map(|p| p.to_string())
+            .unwrap_or_default()
+    };
+    if is_bundle {
+        // One copy of the whole value; every payload is a slice of it.
+        let value = Bytes::copy_from_slice(parts.value.unwrap_or_default());
+        let messages = bundle::decode(&value)?
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let mut m = m.map_err(|e| DecodeError::BadTopic(e.0))?;
+                m.attributes
+                    .push((ATTR_PARTITION.to_owned(), partition.clone()));
+                m.attributes.push((ATTR_POSITION.to_owned(), at(i)));
+                Ok(m)
+            })
+            .collect();
+        return Ok(Decoded { messages, node });
+    }
+    let key = parts.key.ok_or(DecodeError::NoTopic)?;
+    let topic =
+        std::str::from_utf8(key).map_err(|_| DecodeError::BadTopic("not UTF-8".to_owned()))?;
+    if is_system_topic(topic) {
+        return Err(DecodeError::BadTopic(format!("{topic:?} is local-only")));
+    }
+    validate_topic(topic).map_err(|e| DecodeError::BadTopic(e.to_string()))?;
+    attributes.push((ATTR_PARTITION.to_owned(), partition));
+    attributes.push((ATTR_POSITION.to_owned(), at(0)));
     let timestamp_ns = match parts.timestamp_ms {
         Some(ms) if ms > 0 => (ms as u64).saturating_mul(1_000_000),
         _ => now_ns(),
     };
     Ok(Decoded {
-        message: Message {
+        messages: vec![Ok(Message {
             topic: topic.to_owned(),
             key: message_key,
             timestamp_ns,
             attributes,
             payload: parts.value.map(Bytes::copy_from_slice).unwrap_or_default(),
             encoded: Default::default(),
-        },
+        })],
         node,
     })
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use proptest::prelude::*;
     use rdkafka::message::{Headers, Message as _};
+    use tidegate_hub::SharedMessage;
 
     use super::*;
+    use crate::backbone::bundler::bundle_message;
     use crate::record::RecordShape;
     use crate::KafkaConfig;
 
-    /// Encodes `msg` with the backbone's record shape and decodes it back,
-    /// through librdkafka's own header and record types.
-    fn round_trip(msg: &Message) -> Decoded {
+    /// Bundles `msgs` for partition 3 with the backbone's record shape and
+    /// decodes the record back (at offset 77), through librdkafka's own
+    /// header and record types.
+    fn round_trip(msgs: &[Message]) -> Decoded {
+        let shared: Vec<SharedMessage> = msgs.iter().cloned().map(Arc::new).collect();
+        let bundle = bundle_message(3, &shared);
         let shape = RecordShape::backbone(&KafkaConfig::default(), "node-a");
-        let address = shape.address(msg);
+        let address = shape.address(&bundle);
+        assert_eq!(address.partition, Some(3));
         let in_flight = Box::new(crate::record::InFlight {
-            msg: std::sync::Arc::new(msg.clone()),
+            msg: Arc::new(bundle.clone()),
             token: tidegate_hub::AckToken::detached(),
         });
-        let record = address.record(msg, in_flight);
+        let record = address.record(&bundle, in_flight);
         assert_eq!(record.topic, KafkaConfig::DEFAULT_TOPIC);
+        assert_eq!(record.partition, Some(3));
+        assert!(record.key.is_none());
         let headers = record.headers.clone().unwrap_or_default();
         let owned = rdkafka::message::OwnedMessage::new(
             record.payload.map(<[u8]>::to_vec),
             record.key.map(<[u8]>::to_vec),
             record.topic.to_owned(),
             rdkafka::Timestamp::CreateTime(record.timestamp.unwrap_or(0)),
-            3,
+            record.partition.unwrap_or(0),
             77,
             Some(headers),
         );
@@ -160,27 +205,65 @@ mod tests {
         .unwrap()
     }
 
+    fn at(index: i64) -> String {
+        (77 * 1024 + index).to_string()
+    }
+
     #[test]
-    fn a_message_survives_the_backbone() {
-        let m = Message::new("chat.room1", "hi")
+    fn messages_survive_the_backbone_with_their_positions() {
+        let a = Message::new("chat.room1", "hi")
             .with_key(&b"\x00k"[..])
-            .with_timestamp_ns(1_700_000_000_123_000_000)
+            .with_timestamp_ns(1_700_000_000_123_456_789)
             .with_attribute("a", "1")
             .with_attribute(HEADER_NODE, "spoof");
-        let d = round_trip(&m);
+        let b = Message::new("chat.room2", &[0xffu8][..]).with_timestamp_ns(5);
+        let d = round_trip(&[a.clone(), b.clone()]);
         assert_eq!(d.node.as_deref(), Some("node-a"));
-        let got = d.message;
-        assert_eq!(got.topic, m.topic);
-        assert_eq!(got.key, m.key);
-        assert_eq!(got.payload, m.payload);
-        assert_eq!(got.timestamp_ns, m.timestamp_ns);
+        assert_eq!(d.messages.len(), 2);
+        for (i, (got, want)) in d.messages.iter().zip([&a, &b]).enumerate() {
+            let got = got.as_ref().unwrap();
+            assert_eq!(got.topic, want.topic);
+            assert_eq!(got.key, want.key);
+            assert_eq!(got.payload, want.payload);
+            assert_eq!(got.timestamp_ns, want.timestamp_ns);
+            let mut attrs = want.attributes.clone();
+            attrs.push((ATTR_PARTITION.to_owned(), "3".to_owned()));
+            attrs.push((ATTR_POSITION.to_owned(), at(i as i64)));
+            assert_eq!(got.attributes, attrs);
+            assert_eq!(
+                tidegate_hub::backbone::position(got),
+                Some((3, 77 * 1024 + i as i64))
+            );
+        }
+    }
+
+    #[test]
+    fn a_one_message_record_of_an_older_node_still_reads() {
+        let headers: Vec<(&str, Option<&[u8]>)> = vec![
+            (HEADER_NODE, Some(&b"old"[..])),
+            (HEADER_KEY, Some(&b"k"[..])),
+            ("a", Some(&b"1"[..])),
+        ];
+        let d = decode(RecordParts {
+            key: Some(&b"news.a"[..]),
+            value: Some(&b"{}"[..]),
+            timestamp_ms: Some(1_700_000_000_123),
+            headers,
+            partition: 2,
+            offset: 9,
+        })
+        .unwrap();
+        assert_eq!(d.node.as_deref(), Some("old"));
+        let m = d.messages[0].as_ref().unwrap();
+        assert_eq!((m.topic.as_str(), &m.payload[..]), ("news.a", &b"{}"[..]));
+        assert_eq!(m.key.as_deref(), Some(&b"k"[..]));
+        assert_eq!(m.timestamp_ns, 1_700_000_000_123_000_000);
         assert_eq!(
-            got.attributes,
+            m.attributes,
             vec![
                 ("a".to_owned(), "1".to_owned()),
-                (HEADER_NODE.to_owned(), "spoof".to_owned()),
-                (ATTR_PARTITION.to_owned(), "3".to_owned()),
-                (ATTR_OFFSET.to_owned(), "77".to_owned()),
+                (ATTR_PARTITION.to_owned(), "2".to_owned()),
+                (ATTR_POSITION.to_owned(), (9 * 1024).to_string()),
             ]
         );
     }
@@ -209,16 +292,34 @@ mod tests {
             offset: 0,
         });
         assert_eq!(r, Err(DecodeError::TooManyHeaders));
+        let garbage = decode(RecordParts {
+            key: None,
+            value: Some(&[1u8, 5, 0][..]),
+            timestamp_ms: None,
+            headers: vec![(HEADER_BUNDLE, Some(&b"1"[..]))],
+            partition: 0,
+            offset: 0,
+        });
+        assert!(
+            matches!(garbage, Err(DecodeError::Bundle(_))),
+            "{garbage:?}"
+        );
+        // A bundled message on a local-only topic is refused; its
+        // neighbour is delivered.
+        let d = round_trip(&[Message::new("$sys.stats", "x"), Message::new("ok", "y")]);
+        assert!(matches!(d.messages[0], Err(DecodeError::BadTopic(_))));
+        assert_eq!(d.messages[1].as_ref().unwrap().topic, "ok");
     }
 
     proptest! {
         /// Whatever a stranger writes to the backbone topic, decoding
-        /// returns (a message or an error) and never panics.
+        /// returns (messages or an error) and never panics.
         #[test]
         fn arbitrary_records_never_panic(
             key in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
             value in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..64)),
             ts in any::<Option<i64>>(),
+            bundle_header in any::<bool>(),
             headers in proptest::collection::vec(
                 ("\\PC{0,16}", proptest::option::of(proptest::collection::vec(any::<u8>(), 0..16))),
                 0..80,
@@ -226,8 +327,11 @@ mod tests {
             partition in any::<i32>(),
             offset in any::<i64>(),
         ) {
-            let hs: Vec<(&str, Option<&[u8]>)> =
-                headers.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect();
+            let mut hs: Vec<(&str, Option<&[u8]>)> = Vec::new();
+            if bundle_header {
+                hs.push((HEADER_BUNDLE, Some(&b"1"[..])));
+            }
+            hs.extend(headers.iter().map(|(k, v)| (k.as_str(), v.as_deref())));
             let r = decode(RecordParts {
                 key: key.as_deref(),
                 value: value.as_deref(),
@@ -237,28 +341,41 @@ mod tests {
                 offset,
             });
             if let Ok(d) = r {
-                prop_assert!(tidegate_hub::topic::validate_topic(&d.message.topic).is_ok());
-                prop_assert!(d.message.attributes.len() <= MAX_HEADERS + 4, "{}", d.message.attributes.len());
+                for m in d.messages.iter().flatten() {
+                    prop_assert!(tidegate_hub::topic::validate_topic(&m.topic).is_ok());
+                    prop_assert!(m.attributes.len() <= MAX_HEADERS + 4, "{}", m.attributes.len());
+                }
             }
         }
 
         #[test]
-        fn any_valid_message_round_trips(
-            topic in "[a-z]{1,8}(\\.[a-z0-9_-]{1,8}){0,4}",
-            key in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..32)),
-            payload in proptest::collection::vec(any::<u8>(), 0..256),
-            ms in 1i64..4_000_000_000_000,
-            attrs in proptest::collection::vec(("[a-z.]{1,10}", "\\PC{0,10}"), 0..6),
+        fn any_valid_messages_round_trip(
+            msgs in proptest::collection::vec((
+                "[a-z]{1,8}(\\.[a-z0-9_-]{1,8}){0,4}",
+                proptest::option::of(proptest::collection::vec(any::<u8>(), 0..32)),
+                proptest::collection::vec(any::<u8>(), 0..256),
+                1u64..4_000_000_000_000_000_000,
+                proptest::collection::vec(("[a-z.]{1,10}", "\\PC{0,10}"), 0..6),
+            ), 1..12),
         ) {
-            let mut m = Message::new(topic, payload).with_timestamp_ns(ms as u64 * 1_000_000);
-            if let Some(k) = key { m = m.with_key(k); }
-            for (n, v) in &attrs { m = m.with_attribute(n.clone(), v.clone()); }
-            let got = round_trip(&m).message;
-            prop_assert_eq!(&got.topic, &m.topic);
-            prop_assert_eq!(&got.key, &m.key);
-            prop_assert_eq!(&got.payload, &m.payload);
-            prop_assert_eq!(got.timestamp_ns, m.timestamp_ns);
-            prop_assert_eq!(&got.attributes[..attrs.len()], &m.attributes[..]);
+            let msgs: Vec<Message> = msgs.into_iter().map(|(t, k, p, ts, attrs)| {
+                let mut m = Message::new(t, p).with_timestamp_ns(ts);
+                if let Some(k) = k { m = m.with_key(k); }
+                for (n, v) in &attrs { m = m.with_attribute(n.clone(), v.clone()); }
+                m
+            }).collect();
+            let d = round_trip(&msgs);
+            prop_assert_eq!(d.messages.len(), msgs.len());
+            for (i, (got, want)) in d.messages.iter().zip(&msgs).enumerate() {
+                let got = got.as_ref().unwrap();
+                prop_assert_eq!(&got.topic, &want.topic);
+                prop_assert_eq!(&got.key, &want.key);
+                prop_assert_eq!(&got.payload, &want.payload);
+                prop_assert_eq!(got.timestamp_ns, want.timestamp_ns);
+                prop_assert_eq!(&got.attributes[..want.attributes.len()], &want.attributes[..]);
+                let want_at = at(i as i64);
+                prop_assert_eq!(got.attribute(ATTR_POSITION), Some(want_at.as_str()));
+            }
         }
     }
 }

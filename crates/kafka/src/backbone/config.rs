@@ -10,6 +10,7 @@
 //! partitions = 1                  # when the topic is created
 //! replication_factor = -1         # when the topic is created; -1: the broker's default
 //! linger_ms = 2
+//! bundle_linger_ms = 1            # several messages per backbone record under load
 //! queue_max_messages = 100000
 //! [cluster.properties]            # librdkafka, for the producer and the reader
 //! "security.protocol" = "ssl"
@@ -59,8 +60,15 @@ pub struct ClusterConfig {
     /// Producer `linger.ms`: cross-node latency is at least this. Default
     /// [`ClusterConfig::DEFAULT_LINGER_MS`].
     pub linger_ms: u32,
-    /// Messages handed to the producer and not yet acknowledged; at the
-    /// bound, publishes on cluster-wide topics wait. Default
+    /// Under a steady stream, how often at most the bundler hands a bundle
+    /// to the producer, ms ([`super::bundler`]); a message that comes
+    /// after a quiet spell goes at once. 0: whenever the writer is free.
+    /// Default [`ClusterConfig::DEFAULT_BUNDLE_LINGER_MS`].
+    pub bundle_linger_ms: u32,
+    /// Bounds what the backbone holds before the broker acknowledges it:
+    /// at most this many messages (16,384 at most) wait to be bundled, and
+    /// at most one record per 256 of them (16 at least) is in flight; at
+    /// the bound, publishes on cluster-wide topics wait. Default
     /// [`ClusterConfig::DEFAULT_QUEUE_MAX_MESSAGES`].
     pub queue_max_messages: usize,
     /// What the reader may fetch ahead, KiB per partition
@@ -89,7 +97,9 @@ impl ClusterConfig {
     /// p99 for 1.10–1.28× single-node CPU; 1 ms measured 1.24–1.33× for
     /// +5.3–7.2 ms (BENCHMARKS.md, cluster).
     pub const DEFAULT_LINGER_MS: u32 = 2;
-    /// Default bound on unacknowledged backbone records.
+    /// Default `bundle_linger_ms`.
+    pub const DEFAULT_BUNDLE_LINGER_MS: u32 = 1;
+    /// Default bound on unacknowledged backbone messages.
     pub const DEFAULT_QUEUE_MAX_MESSAGES: usize = 100_000;
     /// Default reader prefetch per partition, 16 MiB.
     pub const DEFAULT_READ_AHEAD_KBYTES: u32 = 16_384;
@@ -149,13 +159,19 @@ impl ClusterConfig {
         Ok(())
     }
 
+    /// Messages the bundler holds before publishes wait.
+    pub fn pending_max_messages(&self) -> usize {
+        self.queue_max_messages.min(16_384)
+    }
+
     /// The producer side as a `[sinks.kafka]`-like section (the sink's
-    /// guarantees: idempotent, `acks=all`).
+    /// guarantees: idempotent, `acks=all`); its queue bound counts
+    /// bundles.
     pub fn producer_config(&self) -> KafkaConfig {
         KafkaConfig {
             topic: self.topic.clone(),
             linger_ms: self.linger_ms,
-            queue_max_messages: self.queue_max_messages,
+            queue_max_messages: (self.queue_max_messages / 256).max(16),
             properties: self.properties.clone(),
             ..KafkaConfig::for_brokers(self.brokers.clone())
         }
@@ -173,6 +189,7 @@ impl Default for ClusterConfig {
             partitions: Self::DEFAULT_PARTITIONS,
             replication_factor: -1,
             linger_ms: Self::DEFAULT_LINGER_MS,
+            bundle_linger_ms: Self::DEFAULT_BUNDLE_LINGER_MS,
             queue_max_messages: Self::DEFAULT_QUEUE_MAX_MESSAGES,
             read_ahead_kbytes: Self::DEFAULT_READ_AHEAD_KBYTES,
             properties: BTreeMap::new(),

@@ -42,7 +42,7 @@ pub struct Heartbeat {
     pub partitions: i64,
     /// Backbone records read since the node started.
     pub received: u64,
-    /// Records of cluster-wide topics this node produced since it started.
+    /// Messages of cluster-wide topics this node produced since it started.
     pub produced: u64,
     /// The node's Tidegate version.
     pub version: String,
@@ -78,8 +78,8 @@ impl std::fmt::Debug for HeartbeatWriter {
 }
 
 impl HeartbeatWriter {
-    /// A writer for node `node` reporting `metrics` and the backbone
-    /// producer's `produced` counter.
+    /// A writer for node `node` reporting `metrics` and `produced`, the
+    /// messages this node handed to the backbone.
     pub fn new(
         config: &ClusterConfig,
         node: &str,

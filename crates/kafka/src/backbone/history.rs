@@ -1,9 +1,14 @@
-//! The backbone as history: where each partition ends now, and the records
-//! from a client's last positions to there — what a client that lost its
-//! node recovers on another one.
+//! The backbone as history: where each partition ends now, and the
+//! messages from a client's last positions to there — what a client that
+//! lost its node recovers on another one.
+//!
+//! Positions count messages, not records: a record holds a bundle of
+//! messages, and a position is the record's offset and the message's index
+//! in it ([`bundle::position`]), so a client that got half a bundle
+//! resumes at its middle.
 //!
 //! Blocking (librdkafka's metadata and fetch calls); the backbone runs them
-//! on the blocking pool. Bounded: a replay reads at most `max` records and
+//! on the blocking pool. Bounded: a replay reads at most `max` messages and
 //! fails, saying so, rather than read more; a position older than what the
 //! topic still keeps fails too (the retention took it).
 
@@ -12,6 +17,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message as _;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use tidegate_hub::backbone::bundle;
 use tidegate_hub::backbone::{Positions, Replay};
 use tidegate_hub::Pattern;
 
@@ -57,16 +63,35 @@ fn watermarks(c: &BaseConsumer, config: &ClusterConfig) -> Result<Vec<(i32, i64,
         .collect()
 }
 
-/// The end of every backbone partition now.
+/// The position of the start of record `offset`.
+fn record_start(offset: i64) -> i64 {
+    bundle::position(offset, 0).unwrap_or(i64::MAX)
+}
+
+/// The end of every backbone partition now, as positions.
 pub fn positions(config: &ClusterConfig) -> Result<Positions, String> {
     let c = consumer(config)?;
     Ok(watermarks(&c, config)?
         .into_iter()
-        .map(|(p, _, hi)| (p, hi))
+        .map(|(p, _, hi)| (p, record_start(hi)))
         .collect())
 }
 
-/// The records of `from`'s partitions from their position to their end
+/// How many partitions the backbone topic has (0 while it has none).
+pub fn partition_count(config: &ClusterConfig) -> Result<usize, String> {
+    let c = consumer(config)?;
+    let md = c
+        .fetch_metadata(Some(&config.topic), REQUEST_TIMEOUT)
+        .map_err(|e| format!("backbone metadata: {e}"))?;
+    Ok(md
+        .topics()
+        .iter()
+        .filter(|t| t.name() == config.topic && t.error().is_none())
+        .map(|t| t.partitions().len())
+        .sum())
+}
+
+/// The messages of `from`'s partitions from their position to their end
 /// now, decoded, those matching `patterns` kept.
 pub fn replay(
     config: &ClusterConfig,
@@ -76,31 +101,40 @@ pub fn replay(
 ) -> Result<Replay, String> {
     let c = consumer(config)?;
     let marks = watermarks(&c, config)?;
-    let ends: Positions = marks.iter().map(|(p, _, hi)| (*p, *hi)).collect();
+    let ends: Positions = marks
+        .iter()
+        .map(|(p, _, hi)| (*p, record_start(*hi)))
+        .collect();
     let mut tpl = TopicPartitionList::new();
     let mut to_read = 0i64;
-    let mut open: Positions = Positions::new();
+    // Per partition being read: the record offset to stop at, and the
+    // first position wanted.
+    let mut open: std::collections::BTreeMap<i32, (i64, i64)> = Default::default();
     for (p, lo, hi) in &marks {
         let Some(&start) = from.get(p) else { continue };
-        if start >= *hi {
+        let (offset, _) = bundle::split_position(start);
+        if offset >= *hi {
             continue;
         }
-        if start < *lo {
+        if offset < *lo {
             return Err(format!(
-                "partition {p}: offset {start} is no longer kept (oldest {lo})"
+                "partition {p}: offset {offset} is no longer kept (oldest {lo})"
             ));
         }
-        to_read += hi - start;
-        open.insert(*p, *hi);
-        tpl.add_partition_offset(&config.topic, *p, Offset::Offset(start))
+        to_read += hi - offset;
+        open.insert(*p, (*hi, start));
+        tpl.add_partition_offset(&config.topic, *p, Offset::Offset(offset))
             .map_err(|e| e.to_string())?;
     }
+    // Every record holds at least one message: more records than `max`
+    // means more messages too.
     if to_read > max as i64 {
         return Err(format!(
-            "{to_read} records to read, over the limit of {max}"
+            "{to_read} records to read, over the limit of {max} messages"
         ));
     }
     let mut messages = Vec::new();
+    let mut read = 0usize;
     if open.is_empty() {
         return Ok(Replay { messages, ends });
     }
@@ -115,7 +149,9 @@ pub fn replay(
         };
         let r = r.map_err(|e| format!("reading the backbone: {e}"))?;
         let (p, o) = (r.partition(), r.offset());
-        let Some(&end) = open.get(&p) else { continue };
+        let Some(&(end, first)) = open.get(&p) else {
+            continue;
+        };
         if o >= end {
             open.remove(&p);
             continue;
@@ -123,9 +159,21 @@ pub fn replay(
         if o + 1 >= end {
             open.remove(&p);
         }
-        if let Ok(d) = decode_kafka_record(&r) {
-            if patterns.iter().any(|pat| pat.matches(&d.message.topic)) {
-                messages.push(d.message);
+        let Ok(d) = decode_kafka_record(&r) else {
+            continue;
+        };
+        for (i, m) in d.messages.into_iter().enumerate() {
+            if bundle::position(o, i).is_none_or(|at| at < first) {
+                continue;
+            }
+            read += 1;
+            if read > max {
+                return Err(format!("over the limit of {max} messages to read"));
+            }
+            if let Ok(m) = m {
+                if patterns.iter().any(|pat| pat.matches(&m.topic)) {
+                    messages.push(m);
+                }
             }
         }
     }

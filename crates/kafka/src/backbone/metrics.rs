@@ -10,12 +10,17 @@ use crate::KafkaMetrics;
 /// Counters of the backbone reader. Clones share the same values.
 #[derive(Debug, Clone, Default)]
 pub struct ClusterMetrics {
+    /// Messages of cluster-wide topics this node handed to the backbone
+    /// (bundled).
+    pub produced: Counter,
     /// Backbone records read (every node's, this one's included).
+    pub records_received: Counter,
+    /// Messages in them.
     pub received: Counter,
     /// Of those, the ones this node published.
     pub received_own: Counter,
-    /// Records that could not be delivered (undecodable, or refused by the
-    /// hub).
+    /// Records, or messages of a record, that could not be delivered
+    /// (undecodable, or refused by the hub).
     pub invalid: Counter,
     /// Partitions of the backbone topic this node reads.
     pub partitions: Gauge,
@@ -31,7 +36,12 @@ impl ClusterMetrics {
     pub fn register(&self, m: &HubMetrics, producer: &KafkaMetrics) {
         m.register(
             "cluster_produced",
-            "Messages of cluster-wide topics handed to the backbone producer",
+            "Messages of cluster-wide topics handed to the backbone (in bundles)",
+            self.produced.clone(),
+        );
+        m.register(
+            "cluster_records_produced",
+            "Backbone records (bundles) handed to the producer",
             producer.produced.clone(),
         );
         m.register(
@@ -50,18 +60,23 @@ impl ClusterMetrics {
             producer.in_flight.clone(),
         );
         m.register(
+            "cluster_records_received",
+            "Backbone records (bundles) read",
+            self.records_received.clone(),
+        );
+        m.register(
             "cluster_received",
-            "Backbone records read and fanned out to local subscribers",
+            "Messages read from the backbone and fanned out to local subscribers",
             self.received.clone(),
         );
         m.register(
             "cluster_received_own",
-            "Backbone records read back that this node published",
+            "Messages read back from the backbone that this node published",
             self.received_own.clone(),
         );
         m.register(
             "cluster_invalid",
-            "Backbone records that could not be delivered",
+            "Backbone records, or messages in them, that could not be delivered",
             self.invalid.clone(),
         );
         m.register(

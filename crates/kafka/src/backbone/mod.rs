@@ -10,8 +10,10 @@
 //! published. `$sys.` topics are always local.
 //!
 //! - [`config`]: the `[cluster]` section.
-//! - [`codec`]: backbone record ↔ hub message.
+//! - [`codec`]: backbone record ↔ hub messages.
 //! - [`writer`]: [`KafkaBackbone`], the hub's [`tidegate_hub::Backbone`].
+//! - [`bundler`]: messages gathered into bundles, several per record, and
+//!   the writer task that hands them to the producer.
 //! - [`reader`]: [`BackboneReader`], the backbone back into the hub.
 //! - [`history`]: the backbone read back from a client's positions
 //!   (recovery on any node).
@@ -22,6 +24,7 @@
 //! Not for: consuming application topics into the hub (that is
 //! [`crate::source`], with a shared consumer group).
 
+pub mod bundler;
 pub mod codec;
 pub mod config;
 pub mod heartbeat;
@@ -43,6 +46,7 @@ use thiserror::Error;
 use tidegate_hub::Hub;
 use tracing::{info, warn};
 
+pub use bundler::BundleWriter;
 pub use config::{BackboneKind, ClusterConfig, ClusterConfigError};
 pub use heartbeat::{Heartbeat, HeartbeatWriter};
 pub use metrics::ClusterMetrics;
@@ -72,6 +76,7 @@ pub(crate) fn decode_kafka_record(
 
 use crate::record::RecordShape;
 use crate::{KafkaSink, KafkaSinkError};
+use bundler::Bundler;
 
 /// How long start-up waits for the broker to create the backbone topic.
 pub const CREATE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -99,6 +104,8 @@ pub struct ClusterNode {
     pub reader: BackboneReader,
     /// Writes this node's heartbeat; run it with [`HeartbeatWriter::run`].
     pub heartbeat: HeartbeatWriter,
+    /// Hands bundles to the producer; run it with [`BundleWriter::run`].
+    pub writer: BundleWriter,
     /// The reader's counters (the producer's are on `backbone.sink()`).
     pub metrics: ClusterMetrics,
 }
@@ -111,11 +118,24 @@ impl ClusterNode {
         let patterns = config.patterns()?;
         let producer = config.producer_config();
         let shape = RecordShape::backbone(&producer, node);
-        let sink = KafkaSink::with_shape(producer, shape)?;
+        let sink = Arc::new(KafkaSink::with_shape(producer, shape)?);
         let metrics = ClusterMetrics::default();
         metrics.register(hub.metrics(), sink.metrics());
-        let produced = sink.metrics().produced.clone();
-        let backbone = Arc::new(KafkaBackbone::new(patterns, sink, config.clone()));
+        let produced = metrics.produced.clone();
+        let bundler = Arc::new(Bundler::new(config.pending_max_messages()));
+        let backbone = Arc::new(KafkaBackbone::new(
+            patterns,
+            bundler.clone(),
+            sink.clone(),
+            config.clone(),
+            metrics.clone(),
+        ));
+        let writer = BundleWriter {
+            bundler,
+            sink,
+            config: config.clone(),
+            metrics: metrics.clone(),
+        };
         let reader = BackboneReader::new(config, node, metrics.clone())?;
         let heartbeat = HeartbeatWriter::new(
             config,
@@ -131,6 +151,7 @@ impl ClusterNode {
             backbone,
             reader,
             heartbeat,
+            writer,
             metrics,
         })
     }

@@ -143,13 +143,11 @@ impl BackboneReader {
                     Ok(r) => {
                         let decoded = decode_kafka_record(&r);
                         drop(r);
-                        self.metrics.received.inc();
+                        self.metrics.records_received.inc();
                         match decoded {
                             Ok(d) => {
+                                let own = d.node.as_deref() == Some(self.node.as_str());
                                 if let Some(node) = d.node {
-                                    if node == self.node {
-                                        self.metrics.received_own.inc();
-                                    }
                                     match seen.get_mut(&node) {
                                         Some(at) => *at = Instant::now(),
                                         None => {
@@ -158,9 +156,19 @@ impl BackboneReader {
                                         }
                                     }
                                 }
-                                if let Err(e) = hub.deliver_from_backbone(d.message) {
-                                    self.metrics.invalid.inc();
-                                    debug!(error = %e, "cluster: backbone record refused");
+                                let n = d.messages.len() as u64;
+                                self.metrics.received.inc_by(n);
+                                if own {
+                                    self.metrics.received_own.inc_by(n);
+                                }
+                                for m in d.messages {
+                                    let delivered = m
+                                        .map_err(|e| e.to_string())
+                                        .and_then(|m| hub.deliver_from_backbone(m).map_err(|e| e.to_string()));
+                                    if let Err(e) = delivered {
+                                        self.metrics.invalid.inc();
+                                        debug!(error = %e, "cluster: backbone message refused");
+                                    }
                                 }
                             }
                             Err(e) => {

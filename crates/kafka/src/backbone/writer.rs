@@ -1,5 +1,7 @@
 //! [`KafkaBackbone`]: the hub's [`Backbone`] — which topics are
-//! cluster-wide, and the producer that writes them to the backbone topic.
+//! cluster-wide, and where their messages go: the [`Bundler`]'s pending
+//! list, from which the writer task ([`super::bundler::BundleWriter`])
+//! hands bundles to the producer.
 //!
 //! The producer is the Kafka sink's (idempotent, `acks=all`, bounded,
 //! replaced after a fatal error) with the backbone's record shape. Nobody
@@ -7,18 +9,25 @@
 //! record the broker never took is counted in
 //! `tidegate_cluster_produce_failed`.
 
-use tidegate_hub::backbone::{HistoryFuture, Positions, Replay};
-use tidegate_hub::{AckToken, Backbone, Pattern, SharedMessage, Sink, SinkFuture};
+use std::sync::Arc;
+use std::time::Duration;
 
+use tidegate_hub::backbone::{HistoryFuture, Positions, Replay};
+use tidegate_hub::{Backbone, Pattern, SharedMessage, Sink, SinkFuture};
+
+use super::bundler::{self, Bundler};
 use super::config::ClusterConfig;
 use super::history;
+use super::metrics::ClusterMetrics;
 use crate::KafkaSink;
 
 /// Writes cluster-wide topics to the backbone.
 pub struct KafkaBackbone {
     patterns: Vec<Pattern>,
-    sink: KafkaSink,
+    bundler: Arc<Bundler>,
+    sink: Arc<KafkaSink>,
     config: ClusterConfig,
+    metrics: ClusterMetrics,
 }
 
 impl std::fmt::Debug for KafkaBackbone {
@@ -31,19 +40,39 @@ impl std::fmt::Debug for KafkaBackbone {
 }
 
 impl KafkaBackbone {
-    /// A backbone carrying `patterns` through `sink`, its history read
-    /// from `config`'s brokers.
-    pub fn new(patterns: Vec<Pattern>, sink: KafkaSink, config: ClusterConfig) -> Self {
+    /// A backbone carrying `patterns` through `bundler` to `sink`, its
+    /// history read from `config`'s brokers.
+    pub fn new(
+        patterns: Vec<Pattern>,
+        bundler: Arc<Bundler>,
+        sink: Arc<KafkaSink>,
+        config: ClusterConfig,
+        metrics: ClusterMetrics,
+    ) -> Self {
         KafkaBackbone {
             patterns,
+            bundler,
             sink,
             config,
+            metrics,
         }
     }
 
     /// The producer (its counters, its health).
     pub fn sink(&self) -> &KafkaSink {
         &self.sink
+    }
+
+    /// Hands what is still pending to the producer and waits, up to
+    /// `timeout`, for the broker to take everything (shutdown: what was
+    /// published last still reaches the other nodes).
+    pub async fn flush(&self, timeout: Duration) {
+        let _ = tokio::time::timeout(
+            timeout,
+            bundler::drain(&self.bundler, &self.sink, &self.metrics),
+        )
+        .await;
+        self.sink.flush(timeout).await;
     }
 }
 
@@ -53,13 +82,11 @@ impl Backbone for KafkaBackbone {
     }
 
     fn try_send(&self, msg: SharedMessage) -> Result<(), SharedMessage> {
-        self.sink
-            .try_send(msg, AckToken::detached())
-            .map_err(|(msg, _)| msg)
+        self.bundler.try_push(msg)
     }
 
     fn send(&self, msg: SharedMessage) -> SinkFuture<'_> {
-        self.sink.send(msg, AckToken::detached())
+        Box::pin(self.bundler.push(msg))
     }
 
     fn positions(&self) -> HistoryFuture<'_, Positions> {

@@ -11,13 +11,18 @@
 //! it was published. `$sys.` topics never go to the backbone.
 //!
 //! The backbone is also the cluster's history: every delivered message
-//! carries its position in it ([`ATTR_PARTITION`], [`ATTR_OFFSET`]), and a
+//! carries its position in it ([`ATTR_PARTITION`], [`ATTR_POSITION`]), and a
 //! client that lost its node can ask any other node to [`Backbone::replay`]
-//! what it missed from its last positions.
+//! what it missed from its last positions. Several messages may share one
+//! backbone record ([`bundle`]), so a position is the record's offset and
+//! the message's index in it, folded into one number
+//! ([`bundle::position`]).
 //!
 //! Not for: sinks. Subscriber delivery stays best-effort — the backbone
 //! takes part in no acknowledgement group — but its bound is backpressure:
 //! a full backbone makes the publish wait, as a full sink does.
+
+pub mod bundle;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -30,12 +35,13 @@ use crate::{Message, SharedMessage};
 /// Attribute a message delivered from the backbone carries: the partition
 /// of its backbone record.
 pub const ATTR_PARTITION: &str = "cluster.partition";
-/// Attribute a message delivered from the backbone carries: the offset of
-/// its backbone record.
-pub const ATTR_OFFSET: &str = "cluster.offset";
+/// Attribute a message delivered from the backbone carries: its position
+/// in its partition, `record offset × 1024 + index in the record`
+/// ([`bundle::position`]).
+pub const ATTR_POSITION: &str = "cluster.position";
 
 /// Where a client is in the history: per backbone partition, the next
-/// offset it has not received.
+/// position ([`bundle::position`]) it has not received.
 pub type Positions = BTreeMap<i32, i64>;
 
 /// What a [`Backbone::replay`] found.
@@ -52,10 +58,10 @@ pub struct Replay {
 /// A boxed future of the history calls.
 pub type HistoryFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
 
-/// The backbone position of a message delivered from it.
+/// The backbone partition and position of a message delivered from it.
 pub fn position(msg: &Message) -> Option<(i32, i64)> {
     let p = msg.attribute(ATTR_PARTITION)?.parse().ok()?;
-    let o = msg.attribute(ATTR_OFFSET)?.parse().ok()?;
+    let o = msg.attribute(ATTR_POSITION)?.parse().ok()?;
     Some((p, o))
 }
 
