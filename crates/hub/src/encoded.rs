@@ -5,6 +5,7 @@
 //! The slots are allocated on first use: a message nobody encodes (the common
 //! case on the Forward → Kafka path) pays one null pointer.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use bytes::Bytes;
@@ -24,17 +25,26 @@ pub enum EncodedForm {
     EngineIoBase64 = 2,
     /// The push `/ws` JSON `message` text.
     PushJson = 3,
+    /// [`EncodedForm::SocketIoEvent`] with the message's history sequence
+    /// as its last argument (connection state recovery's offset).
+    SocketIoEventWithOffset = 4,
+    /// [`EncodedForm::PushJson`] with `"offset"` (recovery on).
+    PushJsonWithOffset = 5,
 }
 
 /// Number of [`EncodedForm`]s; a transport that encodes messages for many
 /// sessions adds its form above and bumps this.
-const FORMS: usize = 4;
+const FORMS: usize = 6;
 
-/// The cache of encoded forms. Never part of a message's identity: clones
-/// start empty and equality ignores it.
+/// What delivery attaches to a message once it is shared: the cache of
+/// encoded forms, and the sequence the hub's history gave it
+/// ([`crate::history`]). Never part of a message's identity: clones start
+/// empty and equality ignores it.
 #[derive(Default)]
 pub struct EncodedForms {
     slots: OnceLock<Box<[OnceLock<Bytes>; FORMS]>>,
+    /// The history sequence; 0 while it has none.
+    seq: AtomicU64,
 }
 
 impl EncodedForms {
@@ -53,6 +63,20 @@ impl EncodedForms {
         // Two sessions may race to encode; both results are identical, so
         // whichever lands first is kept.
         Ok(slot.get_or_init(|| bytes).clone())
+    }
+
+    /// The sequence the hub's history gave the message, if it has one.
+    pub fn seq(&self) -> Option<u64> {
+        match self.seq.load(Ordering::Acquire) {
+            0 => None,
+            s => Some(s),
+        }
+    }
+
+    /// Sets the history sequence (the hub does, under the history lock,
+    /// before any subscriber sees the message).
+    pub(crate) fn set_seq(&self, seq: u64) {
+        self.seq.store(seq, Ordering::Release);
     }
 
     /// Whether `form` has been encoded already.

@@ -10,6 +10,7 @@ use crate::ack::{AckGroup, AckToken};
 use crate::backbone::Backbone;
 use crate::budget::InflightBudget;
 use crate::bus::TopicBus;
+use crate::history::{History, HistoryLimits};
 use crate::metrics::HubMetrics;
 use crate::publisher::TopicPublisher;
 use crate::routes::RouteTable;
@@ -43,6 +44,8 @@ pub(crate) struct HubInner {
     epoch: std::time::Instant,
     /// Cluster mode: where cluster-wide topics go instead of local fan-out.
     backbone: std::sync::OnceLock<Arc<dyn Backbone>>,
+    /// Recovery: the recent messages per topic, and the order of fan-out.
+    history: std::sync::OnceLock<Arc<History>>,
 }
 
 impl HubInner {
@@ -91,6 +94,7 @@ impl Hub {
                 closing: tokio::sync::Notify::new(),
                 epoch: std::time::Instant::now(),
                 backbone: std::sync::OnceLock::new(),
+                history: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -172,6 +176,21 @@ impl Hub {
     #[allow(clippy::result_large_err)]
     pub fn set_backbone(&self, backbone: Arc<dyn Backbone>) -> Result<(), Arc<dyn Backbone>> {
         self.inner.backbone.set(backbone)
+    }
+
+    /// Starts keeping a history of what is fanned out (once; later calls
+    /// return the history already kept): push connection state recovery
+    /// replays from it. Fan-out is serialised from then on.
+    pub fn enable_history(&self, limits: HistoryLimits) -> Arc<History> {
+        self.inner
+            .history
+            .get_or_init(|| Arc::new(History::new(limits)))
+            .clone()
+    }
+
+    /// The history, when one is kept.
+    pub fn history(&self) -> Option<&Arc<History>> {
+        self.inner.history.get()
     }
 
     /// The cluster backbone, when one is installed.
@@ -286,6 +305,19 @@ impl Hub {
     }
 
     fn fan_out(&self, msg: &SharedMessage) {
+        match self.inner.history.get() {
+            Some(h) => {
+                // Sequence, log and queues under one lock: every queue gets
+                // messages in sequence order (see `history`).
+                let mut recording = h.lock();
+                recording.record(msg);
+                self.fan_out_to_queues(msg);
+            }
+            None => self.fan_out_to_queues(msg),
+        }
+    }
+
+    fn fan_out_to_queues(&self, msg: &SharedMessage) {
         let (mut delivered, mut dropped, mut disconnected) = (0u64, 0u64, 0u64);
         // The clock is read only when someone subscribed (sources publishing
         // to sinks alone pay nothing), and once for all subscribers.

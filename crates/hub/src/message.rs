@@ -78,6 +78,13 @@ impl Message {
         self.encoded.get_or_try_encode(form, || encode(self))
     }
 
+    /// Its sequence in the hub's history ([`crate::history`]), when the
+    /// hub keeps one: hub-wide, increasing in the order every subscriber
+    /// receives messages.
+    pub fn seq(&self) -> Option<u64> {
+        self.encoded.seq()
+    }
+
     /// Looks an attribute up by name.
     pub fn attribute(&self, name: &str) -> Option<&str> {
         self.attributes

@@ -25,8 +25,13 @@ pub const DEFAULT_MAX_SESSIONS: usize = 100_000;
 /// to recover it: 0, recovery off (as in Socket.IO, where it is opt-in:
 /// with it on, every event carries its offset as a last argument).
 pub const DEFAULT_RECOVERY_WINDOW_MS: u64 = 0;
-/// Default number of events a session keeps for replay after sending them.
+/// Default number of messages the history keeps per topic.
 pub const DEFAULT_RECOVERY_HISTORY: usize = 1024;
+/// Default bytes the history keeps over all topics: 64 MiB.
+pub const DEFAULT_RECOVERY_HISTORY_BYTES: usize = 64 << 20;
+/// Topics the history remembers once their messages are gone (so that a
+/// replay that would need them is refused rather than incomplete).
+pub const RECOVERY_HISTORY_TOPICS: usize = 100_000;
 /// Default time a session holds its first pending packet before writing:
 /// 0, every wake-up writes at once.
 pub const DEFAULT_WRITE_DELAY_MS: u64 = 0;
@@ -96,9 +101,13 @@ pub struct PushConfig {
     /// Milliseconds a session whose transport was lost waits for its client
     /// to recover it; 0 turns recovery (and event offsets) off.
     pub recovery_window_ms: u64,
-    /// Events a session keeps after sending them (and while parked), for
-    /// replay to a recovering client.
+    /// Messages the hub keeps per topic for replay to recovering clients
+    /// (the history of [`tidegate_hub::history`]; kept while recovery is
+    /// on).
     pub recovery_history: usize,
+    /// Bytes the history keeps over all topics (payloads plus 64 per
+    /// message); the oldest messages go first, whatever their topic.
+    pub recovery_history_bytes: usize,
     /// Milliseconds a session holds its first pending packet so that what
     /// arrives meanwhile goes out in the same write: one websocket flush,
     /// or one long-poll answer (a GET that had to wait). Trades up to this
@@ -136,6 +145,7 @@ impl Default for PushConfig {
             allowed_origins: Vec::new(),
             recovery_window_ms: DEFAULT_RECOVERY_WINDOW_MS,
             recovery_history: DEFAULT_RECOVERY_HISTORY,
+            recovery_history_bytes: DEFAULT_RECOVERY_HISTORY_BYTES,
             write_delay_ms: DEFAULT_WRITE_DELAY_MS,
             busy_write_delay_ms: DEFAULT_BUSY_WRITE_DELAY_MS,
         }
@@ -154,6 +164,15 @@ impl PushConfig {
     /// Whether connection state recovery is on.
     pub fn recovery(&self) -> bool {
         self.recovery_window_ms > 0
+    }
+
+    /// The history's bounds (`recovery_history`, `recovery_history_bytes`).
+    pub fn history_limits(&self) -> tidegate_hub::HistoryLimits {
+        tidegate_hub::HistoryLimits {
+            per_topic: self.recovery_history,
+            max_bytes: self.recovery_history_bytes,
+            max_topics: RECOVERY_HISTORY_TOPICS,
+        }
     }
 
     /// How long a session holds its first pending packet (`write_delay_ms`).
@@ -208,6 +227,11 @@ impl PushConfig {
         }
         if self.recovery_window_ms > 0 && self.recovery_history == 0 {
             return Some("recovery_history must be at least 1 when recovery_window_ms > 0".into());
+        }
+        if self.recovery_window_ms > 0 && self.recovery_history_bytes == 0 {
+            return Some(
+                "recovery_history_bytes must be at least 1 when recovery_window_ms > 0".into(),
+            );
         }
         if self.write_delay_ms > MAX_WRITE_DELAY_MS {
             return Some(format!(

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use tidegate_hub::Hub;
+use tidegate_hub::{History, Hub};
 
 use crate::auth::{Grants, JwtError, JwtVerifier};
 use crate::config::PushConfig;
@@ -24,6 +24,8 @@ pub struct PushContext {
     pub jwt: JwtVerifier,
     /// Recoverable sessions (live and parked), when recovery is on.
     pub recovery: Arc<RecoveryRegistry>,
+    /// The hub's history recovering clients replay from (recovery on).
+    pub history: Option<Arc<History>>,
     /// Sessions by transport and messages out, for `$sys.stats`.
     pub stats: PushStats,
     /// Whether the server is loaded (`busy_write_delay_ms` holds writes
@@ -40,6 +42,9 @@ impl PushContext {
             .unwrap_or_else(|_| JwtVerifier::new(b"", "").expect("no key always builds"));
         let recovery = Arc::new(RecoveryRegistry::default());
         recovery.register_metrics(hub.metrics());
+        let history = config
+            .recovery()
+            .then(|| hub.enable_history(config.history_limits()));
         let load = LoadProbe::new();
         if config.busy_write_delay_ms > 0 {
             load.register_metrics(hub.metrics());
@@ -53,6 +58,7 @@ impl PushContext {
             sessions: SessionRegistry::default(),
             jwt,
             recovery,
+            history,
         })
     }
 

@@ -109,6 +109,35 @@ pub fn ws_message_with_offset(message: &[u8], offset: u64) -> Bytes {
     append_before_last(message, format_args!(",\"offset\":{offset}"))
 }
 
+/// The Socket.IO event of `msg` on namespace `nsp` carrying its history
+/// sequence ([`Message::seq`], 0 without one) as offset: cached on the
+/// message for namespace `/` (the offset is the same in every session),
+/// made afresh for others.
+pub fn cached_socketio_event_with_offset(msg: &Message, nsp: &str) -> Bytes {
+    let offset = msg.seq().unwrap_or(0);
+    if nsp == "/" {
+        msg.encoded::<()>(EncodedForm::SocketIoEventWithOffset, |m| {
+            Ok(socketio_event_with_offset(
+                &cached_socketio_event(m, "/"),
+                offset,
+            ))
+        })
+        .unwrap_or_default()
+    } else {
+        socketio_event_with_offset(&socketio_event(msg, nsp), offset)
+    }
+}
+
+/// The cached `/ws` JSON message with `"offset"`: its history sequence
+/// ([`Message::seq`], 0 without one).
+pub fn cached_ws_message_with_offset(msg: &Message) -> Bytes {
+    let offset = msg.seq().unwrap_or(0);
+    msg.encoded::<()>(EncodedForm::PushJsonWithOffset, |m| {
+        Ok(ws_message_with_offset(&cached_ws_message(m), offset))
+    })
+    .unwrap_or_default()
+}
+
 /// `text` with `extra` inserted before its last byte (the closing `]` or
 /// `}`): one copy, the shared encoding stays untouched.
 fn append_before_last(text: &[u8], extra: std::fmt::Arguments<'_>) -> Bytes {

@@ -237,6 +237,68 @@ async fn ws_client_recovers_from_an_offset() {
     assert_eq!(s.ctx.recovery.recovered(), 2);
 }
 
+/// Publishes `body` on `topic`.
+async fn publish_on(s: &Server, topic: &str, body: &str) {
+    s.ctx
+        .hub
+        .publish(HubMessage::new(topic, body.to_owned()))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn offsets_are_the_hubs_and_a_replay_respects_each_subscriptions_start() {
+    let s = Server::start(recovering(10_000, 1024)).await;
+    let (mut a, session) = ws_connect(&s).await;
+    let (mut b, _) = ws_connect(&s).await;
+    for ws in [&mut a, &mut b] {
+        ws.send(Message::text(
+            r#"{"op":"subscribe","id":1,"patterns":["t.one"]}"#,
+        ))
+        .await
+        .unwrap();
+        assert_eq!(next_json(ws).await["op"], "subscribed");
+    }
+    publish_on(&s, "t.one", "1").await;
+    // The same event carries the same offset in every session.
+    let (ma, mb) = (next_json(&mut a).await, next_json(&mut b).await);
+    assert_eq!(ma["offset"], mb["offset"], "{ma} {mb}");
+    let seen = ma["offset"].as_u64().unwrap();
+    // Published before `a` subscribed to it: never replayed to `a`.
+    publish_on(&s, "t.two", "early").await;
+    a.send(Message::text(
+        r#"{"op":"subscribe","id":2,"patterns":["t.two"]}"#,
+    ))
+    .await
+    .unwrap();
+    assert_eq!(next_json(&mut a).await["op"], "subscribed");
+    drop(a);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    publish_on(&s, "t.two", "late").await;
+    publish_on(&s, "t.three", "other").await;
+    publish_on(&s, "t.one", "2").await;
+
+    let (mut a, _) = ws_connect(&s).await;
+    let ask = json!({"op": "recover", "session": session, "offset": seen});
+    a.send(Message::text(ask.to_string())).await.unwrap();
+    assert_eq!(next_json(&mut a).await["recovered"], true);
+    let mut got = Vec::new();
+    let mut offsets = Vec::new();
+    for _ in 0..2 {
+        let m = next_json(&mut a).await;
+        got.push(m["payload"].to_string());
+        offsets.push(m["offset"].as_u64().unwrap());
+    }
+    assert_eq!(got, [r#""late""#, "2"]);
+    assert!(offsets[0] > seen && offsets[1] > offsets[0], "{offsets:?}");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), next_json(&mut a))
+            .await
+            .is_err(),
+        "nothing else: not the early message, not another topic, no duplicate"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_namespace_of_a_recovered_connection_gets_its_own_missed_events() {
     let s = Server::start(PushConfig {
@@ -278,47 +340,49 @@ async fn a_namespace_that_cannot_be_replayed_starts_clean_while_the_other_recove
     s.post(SIO, &sid, br#"42/n,2["subscribe",["b.x"]]"#).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     get(sid.clone()).await;
-    // "/" gets offset 1, "/n" offsets 2..=6; the log keeps 3..=6.
-    s.ctx
-        .hub
-        .publish(HubMessage::new("a.x", "0"))
-        .await
-        .unwrap();
-    for i in 1..=5 {
+    // "/" gets a.x at offsets 1..=6 (the history keeps 3..=6 of a.x),
+    // "/n" gets b.x at offset 7.
+    for i in 0..6 {
         s.ctx
             .hub
-            .publish(HubMessage::new("b.x", i.to_string()))
+            .publish(HubMessage::new("a.x", i.to_string()))
             .await
             .unwrap();
     }
+    s.ctx
+        .hub
+        .publish(HubMessage::new("b.x", "1"))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     let got = get(sid.clone()).await;
-    assert!(got.ends_with(r#"42/n,["b.x",5,"6"]"#), "{got}");
+    assert!(got.ends_with(r#"42/n,["b.x",1,"7"]"#), "{got}");
     s.post(SIO, &sid, b"1").await;
     tokio::time::sleep(Duration::from_millis(100)).await;
 
     let sid = s.open(SIO).await;
-    let ask = format!(r#"40/n,{{"pid":"{pid}","offset":"6"}}"#);
+    let ask = format!(r#"40/n,{{"pid":"{pid}","offset":"7"}}"#);
     s.post(SIO, &sid, ask.as_bytes()).await;
     let answer = get(sid.clone()).await;
     assert_eq!(pid_of(&answer).as_deref(), Some(pid.as_str()), "{answer}");
+    // "/" saw only offset 1: a.x at 2 is no longer kept.
     let ask = format!(r#"40{{"pid":"{pid}","offset":"1"}}"#);
     s.post(SIO, &sid, ask.as_bytes()).await;
     let answer = get(sid.clone()).await;
     assert!(answer.starts_with("40{\"sid\""), "{answer}");
     assert_eq!(pid_of(&answer), None, "{answer}");
-    // "/" lost its subscription; "/n" goes on from offset 7.
+    // "/" lost its subscription; "/n" goes on live.
     s.ctx
         .hub
-        .publish(HubMessage::new("a.x", "1"))
+        .publish(HubMessage::new("a.x", "7"))
         .await
         .unwrap();
     s.ctx
         .hub
-        .publish(HubMessage::new("b.x", "6"))
+        .publish(HubMessage::new("b.x", "2"))
         .await
         .unwrap();
-    assert_eq!(get(sid.clone()).await, r#"42/n,["b.x",6,"7"]"#);
+    assert_eq!(get(sid.clone()).await, r#"42/n,["b.x",2,"9"]"#);
 }
 
 #[tokio::test]

@@ -18,8 +18,8 @@ use super::subscriptions::{self, Refused};
 use super::App;
 use crate::auth::Grants;
 use crate::context::PushContext;
-use crate::delivery::{cached_ws_message, is_binary_ws_message, ws_message_with_offset};
-use crate::recovery::{RecoveryHandle, ReplayLog, Ticket};
+use crate::delivery::{cached_ws_message, cached_ws_message_with_offset, is_binary_ws_message};
+use crate::recovery::{since, RecoveryHandle, Since, Ticket};
 use crate::ws::protocol::{decode, positions as parse_positions, ClientOp};
 
 /// Most backbone records one cluster recovery may read (all partitions
@@ -44,8 +44,13 @@ pub struct JsonSession {
     grants: Grants,
     /// A `publish` with `"binary": true` waiting for its frame.
     pending_publish: Option<(Option<u64>, String)>,
-    /// Id and replay log, with recovery on.
-    recovery: Option<(Ticket, ReplayLog<()>)>,
+    /// The session's id for recovery, with recovery on.
+    recovery: Option<Ticket>,
+    /// With recovery on: the history sequence each subscription started at.
+    since: Since,
+    /// After a recovery: messages before this sequence were replayed (or
+    /// sent before), so the live queue skips them.
+    live_from: u64,
     /// Messages are sent (false while parked).
     attached: bool,
     /// After a cluster recovery: per backbone partition, the end of what
@@ -61,9 +66,7 @@ impl JsonSession {
     /// A session with its own hub queue and the given rights.
     pub fn new(ctx: &PushContext, grants: Grants) -> Self {
         let recovery = if ctx.config.recovery() {
-            ctx.recovery
-                .register(ctx.config.max_sessions)
-                .map(|t| (t, ReplayLog::new(ctx.config.recovery_history)))
+            ctx.recovery.register(ctx.config.max_sessions)
         } else {
             None
         };
@@ -73,6 +76,8 @@ impl JsonSession {
             grants,
             pending_publish: None,
             recovery,
+            since: Since::default(),
+            live_from: 0,
             attached: true,
             replayed_to: Positions::new(),
         }
@@ -80,13 +85,13 @@ impl JsonSession {
 
     /// The first frame to send, with recovery on: the session's id.
     pub fn hello(&self) -> Option<JsonOut> {
-        let (t, _) = self.recovery.as_ref()?;
+        let t = self.recovery.as_ref()?;
         Some(reply(json!({"op": "session", "session": t.pid()})))
     }
 
     /// Where a reconnecting client asks for this session's state.
     pub fn recovery_handle(&self) -> Option<Arc<RecoveryHandle>> {
-        self.recovery.as_ref().map(|(t, _)| t.handle().clone())
+        self.recovery.as_ref().map(|t| t.handle().clone())
     }
 
     /// Whether recovery is on for this session.
@@ -94,62 +99,47 @@ impl JsonSession {
         self.recovery.is_some()
     }
 
-    /// The offset of the newest message logged (recovery on).
-    pub fn last_offset(&self) -> Option<u64> {
-        self.recovery.as_ref().map(|(_, l)| l.last_offset())
-    }
-
-    /// The client has received every message up to `offset`.
-    pub fn confirm(&mut self, offset: u64) {
-        if let Some((_, l)) = &mut self.recovery {
-            l.confirm(offset);
-        }
-    }
-
-    /// The transport is gone: messages are logged, no longer sent.
+    /// The transport is gone: messages are no longer sent.
     pub fn detach(&mut self) {
         self.attached = false;
     }
 
     fn pid(&self) -> Option<&str> {
-        self.recovery.as_ref().map(|(t, _)| t.pid())
+        self.recovery.as_ref().map(|t| t.pid())
     }
 
-    /// Takes over the lost session `pid` if everything after `offset` can
-    /// be replayed; the reason otherwise.
+    /// Takes over the lost session `pid` if the history still holds
+    /// everything its subscriptions missed after `offset`: returns those
+    /// messages (live delivery goes on after them); the reason otherwise.
     async fn take_over(
         &mut self,
         pid: &str,
         offset: u64,
         ctx: &PushContext,
-    ) -> Result<(), &'static str> {
-        if self.recovery.is_none() {
+    ) -> Result<Vec<SharedMessage>, &'static str> {
+        let (Some(_), Some(history)) = (&self.recovery, &ctx.history) else {
             return Err("recovery is off");
-        }
+        };
         if self.pid() == Some(pid) {
             return Err("that is this session");
         }
         if self.sub.patterns().next().is_some() {
             return Err("recover must come before any subscribe");
         }
-        let fits = |old: &JsonSession| {
-            old.grants.subject() == self.grants.subject()
-                && old
-                    .recovery
-                    .as_ref()
-                    .is_some_and(|(_, l)| l.holds_after(offset))
+        let old = match ctx.recovery.take(pid).await {
+            Some(App::Json(old)) if old.grants.subject() == self.grants.subject() => old,
+            Some(_) => return Err("the session belongs to another subject"),
+            None => return Err("unknown or expired session"),
         };
-        match ctx.recovery.take(pid).await {
-            Some(App::Json(old)) if fits(&old) => {
-                let grants = self.grants.clone();
-                *self = *old;
-                self.grants = grants;
-                self.attached = true;
-                Ok(())
-            }
-            Some(_) => Err("the session cannot be recovered from that offset"),
-            None => Err("unknown or expired session"),
-        }
+        let Ok((missed, live_from)) = old.since.replay(history, offset) else {
+            return Err("the history no longer holds what the session missed");
+        };
+        let grants = self.grants.clone();
+        *self = *old;
+        self.grants = grants;
+        self.attached = true;
+        self.live_from = live_from;
+        Ok(missed)
     }
 
     /// The hub queue.
@@ -181,12 +171,16 @@ impl JsonSession {
                     .into_iter()
                     .partition(|p| self.grants.may_subscribe(p));
                 // Live first, so nothing published during a replay is missed.
+                let started = since::now(ctx.history.as_ref());
                 let mut o =
                     subscriptions::subscribe(&mut self.sub, &allowed, self.max_subscriptions);
                 o.refused.extend(refused.into_iter().map(|pattern| Refused {
                     pattern,
                     reason: "not allowed by the token".into(),
                 }));
+                for p in &o.accepted {
+                    self.since.add(p, started);
+                }
                 let mut answer = json!({"op": "subscribed", "id": id, "accepted": o.accepted, "refused": o.refused});
                 let mut replayed = Vec::new();
                 if positions || from.is_some() {
@@ -208,11 +202,14 @@ impl JsonSession {
                 }
                 out.push(reply(answer));
                 for m in &replayed {
-                    push_message(m, None, out);
+                    push_message(m, false, out);
                 }
             }
             ClientOp::Unsubscribe { id, patterns } => {
                 let o = subscriptions::unsubscribe(&mut self.sub, &patterns);
+                for p in &o.accepted {
+                    self.since.remove(p);
+                }
                 out.push(reply(json!({"op": "unsubscribed", "id": id, "accepted": o.accepted, "refused": o.refused})));
             }
             // A refused binary publish leaves its frame unexpected: that
@@ -244,14 +241,12 @@ impl JsonSession {
                 let r = self.take_over(&session, offset, ctx).await;
                 ctx.recovery.count(r.is_ok());
                 let mut answer = json!({"op": "recovered", "id": id, "recovered": r.is_ok(), "session": self.pid()});
-                if let Err(why) = r {
+                if let Err(why) = &r {
                     answer["reason"] = json!(why);
                 }
                 out.push(reply(answer));
-                if let (Ok(()), Some((_, log))) = (r, &self.recovery) {
-                    for e in log.after(offset, &()) {
-                        push_message(&e.msg, Some(e.offset), out);
-                    }
+                for m in r.iter().flatten() {
+                    push_message(m, true, out);
                 }
             }
         }
@@ -297,7 +292,8 @@ impl JsonSession {
     }
 
     /// Encodes hub messages (the text form is shared by every session;
-    /// with recovery on, each is logged and gets its offset).
+    /// with recovery on, each carries its history sequence as offset, and
+    /// what a recovery replayed is skipped).
     pub fn deliver(&mut self, msgs: &[SharedMessage], out: &mut Vec<JsonOut>) {
         for m in msgs {
             if !self.replayed_to.is_empty() {
@@ -307,20 +303,20 @@ impl JsonSession {
                     }
                 }
             }
-            let offset = self.recovery.as_mut().map(|(_, l)| l.push((), m.clone()));
-            if self.attached {
-                push_message(m, offset, out);
+            if self.attached && m.seq().is_none_or(|s| s >= self.live_from) {
+                push_message(m, self.recovery.is_some(), out);
             }
         }
     }
 }
 
-fn push_message(m: &Message, offset: Option<u64>, out: &mut Vec<JsonOut>) {
+fn push_message(m: &Message, with_offset: bool, out: &mut Vec<JsonOut>) {
     let text = cached_ws_message(m);
     let binary = is_binary_ws_message(&text);
-    out.push(JsonOut::Text(match offset {
-        Some(o) => ws_message_with_offset(&text, o),
-        None => text,
+    out.push(JsonOut::Text(if with_offset {
+        cached_ws_message_with_offset(m)
+    } else {
+        text
     }));
     if binary {
         out.push(JsonOut::Binary(m.payload.clone()));

@@ -110,26 +110,7 @@ impl App {
         }
     }
 
-    /// The offset of the newest event logged (recovery on).
-    pub fn last_offset(&self) -> Option<u64> {
-        match self {
-            App::SocketIo(a) => a.last_offset(),
-            App::Json(j) => j.last_offset(),
-            App::Echo => None,
-        }
-    }
-
-    /// The client has received every event up to `offset`: the replay
-    /// log lets them go.
-    pub fn confirm(&mut self, offset: u64) {
-        match self {
-            App::SocketIo(a) => a.confirm(offset),
-            App::Json(j) => j.confirm(offset),
-            App::Echo => {}
-        }
-    }
-
-    /// The transport is gone: from now on events are only logged.
+    /// The transport is gone: from now on events are not sent.
     pub fn detach(&mut self) {
         match self {
             App::SocketIo(a) => a.detach(),

@@ -25,10 +25,10 @@ use super::CloseReason;
 use crate::auth::Grants;
 use crate::context::PushContext;
 use crate::delivery::{
-    cached_base64, cached_socketio_event, is_binary_event, socketio_event_with_offset,
+    cached_base64, cached_socketio_event, cached_socketio_event_with_offset, is_binary_event,
 };
 use crate::engineio::handshake::{new_sid, Transport};
-use crate::recovery::{RecoveryHandle, ReplayLog, Ticket};
+use crate::recovery::{since, RecoveryHandle, Since, Ticket};
 use crate::session::{EngineSession, Outgoing};
 use crate::socketio::binary::{placeholder_num, BinaryAssembler};
 use crate::socketio::{SioPacket, SioType};
@@ -39,22 +39,20 @@ pub const MAX_NAMESPACES_PER_SESSION: usize = 32;
 /// One joined namespace.
 #[derive(Debug)]
 struct NspSocket {
-    /// The namespace, shared by the replay log's entries.
+    /// The namespace.
     name: Arc<str>,
     /// The socket id given in the CONNECT answer (kept across a recovery).
     sid: String,
     patterns: HashMap<String, Pattern>,
+    /// With recovery on: the history sequence each subscription started at.
+    since: Since,
+    /// After a recovery: messages before this sequence were replayed (or
+    /// sent before), so the live queue skips them.
+    live_from: u64,
     grants: Grants,
-    /// Events are sent (not only logged): false while parked and, after a
-    /// recovery, until the client CONNECTs this namespace again.
+    /// Events are sent: false while parked and, after a recovery, until the
+    /// client CONNECTs this namespace again.
     connected: bool,
-}
-
-/// The recovery state of a session: its id and what it sent.
-#[derive(Debug)]
-struct Recovery {
-    ticket: Ticket,
-    log: ReplayLog<Arc<str>>,
 }
 
 /// The Socket.IO state of one Engine.IO session.
@@ -63,7 +61,8 @@ pub struct SocketIoApp {
     sub: Subscriber,
     nsps: HashMap<String, NspSocket>,
     pending: Option<BinaryAssembler>,
-    recovery: Option<Recovery>,
+    /// The session's id for recovery, with recovery on.
+    recovery: Option<Ticket>,
 }
 
 fn close(why: impl Into<String>) -> CloseReason {
@@ -83,7 +82,7 @@ impl SocketIoApp {
 
     /// Where a reconnecting client asks for this session's state.
     pub fn recovery_handle(&self) -> Option<Arc<RecoveryHandle>> {
-        self.recovery.as_ref().map(|r| r.ticket.handle().clone())
+        self.recovery.as_ref().map(|t| t.handle().clone())
     }
 
     /// Whether there is anything to recover (a namespace still joined).
@@ -91,19 +90,7 @@ impl SocketIoApp {
         self.recovery.is_some() && !self.nsps.is_empty()
     }
 
-    /// The offset of the newest event logged (recovery on).
-    pub fn last_offset(&self) -> Option<u64> {
-        self.recovery.as_ref().map(|r| r.log.last_offset())
-    }
-
-    /// The client has received every event up to `offset`.
-    pub fn confirm(&mut self, offset: u64) {
-        if let Some(r) = &mut self.recovery {
-            r.log.confirm(offset);
-        }
-    }
-
-    /// The transport is gone: events are logged, no longer sent.
+    /// The transport is gone: events are no longer sent.
     pub fn detach(&mut self) {
         self.nsps.values_mut().for_each(|n| n.connected = false);
         // Attachments cut off with the transport never complete.
@@ -209,19 +196,13 @@ impl SocketIoApp {
         };
         // A client that had a session sends its pid and the offset of the
         // last event it received (none if it received none).
-        let mut replay_after = None;
+        let mut replay = None;
         let mut hide_pid = false;
         if let (true, Some(pid)) = (ctx.config.recovery(), field("pid")) {
             let offset = field("offset").and_then(|o| o.parse().ok()).unwrap_or(0);
-            let ok = self.recover(pid, offset, &p.nsp, &grants, ctx).await;
-            ctx.recovery.count(ok);
-            replay_after = ok.then_some(offset);
-            if !ok
-                && self
-                    .recovery
-                    .as_ref()
-                    .is_some_and(|r| r.ticket.pid() == pid)
-            {
+            replay = self.recover(pid, offset, &p.nsp, &grants, ctx).await;
+            ctx.recovery.count(replay.is_some());
+            if replay.is_none() && self.recovery.as_ref().is_some_and(|t| t.pid() == pid) {
                 // A namespace of this very session that cannot be replayed
                 // starts afresh, and its answer carries no pid: the same
                 // pid would tell the client it was recovered.
@@ -230,16 +211,10 @@ impl SocketIoApp {
             }
         }
         if self.recovery.is_none() && ctx.config.recovery() {
-            self.recovery = ctx
-                .recovery
-                .register(ctx.config.max_sessions)
-                .map(|ticket| Recovery {
-                    ticket,
-                    log: ReplayLog::new(ctx.config.recovery_history),
-                });
+            self.recovery = ctx.recovery.register(ctx.config.max_sessions);
         }
         let sock = match self.nsps.get_mut(&p.nsp) {
-            Some(sock) if replay_after.is_some() => sock,
+            Some(sock) if replay.is_some() => sock,
             Some(sock) => {
                 // A fresh CONNECT on a namespace already joined: a new socket.
                 sock.sid = new_sid();
@@ -249,6 +224,8 @@ impl SocketIoApp {
                 name: Arc::from(p.nsp.as_str()),
                 sid: new_sid(),
                 patterns: HashMap::new(),
+                since: Since::default(),
+                live_from: 0,
                 grants: grants.clone(),
                 connected: true,
             }),
@@ -256,8 +233,8 @@ impl SocketIoApp {
         sock.grants = grants;
         sock.connected = true;
         let mut answer = json!({"sid": sock.sid});
-        if let (Some(r), false) = (&self.recovery, hide_pid) {
-            answer["pid"] = json!(r.ticket.pid());
+        if let (Some(t), false) = (&self.recovery, hide_pid) {
+            answer["pid"] = json!(t.pid());
         }
         let ok = SioPacket::new(SioType::Connect, &p.nsp, Some(answer));
         let mut out = vec![text(&ok)];
@@ -266,17 +243,19 @@ impl SocketIoApp {
             let ev = SioPacket::new(SioType::Event, &p.nsp, Some(json!(["auth", auth])));
             out.push(text(&ev));
         }
-        if let (Some(after), Some(r)) = (replay_after, &self.recovery) {
-            let name = &sock.name;
-            for e in r.log.after(after, name) {
-                push_event(&e.msg, name, Some(e.offset), s.transport(), &mut out);
+        if let Some((missed, live_from)) = replay {
+            sock.live_from = live_from;
+            for m in &missed {
+                push_event(m, &sock.name, true, s.transport(), &mut out);
             }
         }
         s.send(out);
     }
 
-    /// Takes over the session `pid` for namespace `nsp`, if the client can
-    /// be sent everything after `offset`; false for a clean start.
+    /// Takes over the session `pid` for namespace `nsp`, if the history
+    /// still holds everything its subscriptions missed after `offset`:
+    /// returns those messages and the sequence live delivery goes on from;
+    /// None for a clean start.
     async fn recover(
         &mut self,
         pid: &str,
@@ -284,35 +263,32 @@ impl SocketIoApp {
         nsp: &str,
         grants: &Grants,
         ctx: &PushContext,
-    ) -> bool {
-        let fits = |app: &SocketIoApp| {
-            app.nsps
+    ) -> Option<(Vec<SharedMessage>, u64)> {
+        let history = ctx.history.as_ref()?;
+        let missed = |app: &SocketIoApp| {
+            let n = app
+                .nsps
                 .get(nsp)
-                .is_some_and(|n| !n.connected && n.grants.subject() == grants.subject())
-                && app
-                    .recovery
-                    .as_ref()
-                    .is_some_and(|r| r.log.holds_after(offset))
+                .filter(|n| !n.connected && n.grants.subject() == grants.subject())?;
+            n.since.replay(history, offset).ok()
         };
-        if self
-            .recovery
-            .as_ref()
-            .is_some_and(|r| r.ticket.pid() == pid)
-        {
+        if self.recovery.as_ref().is_some_and(|t| t.pid() == pid) {
             // Another namespace of a session this one already took over.
-            return fits(self);
+            return missed(self);
         }
         if !self.nsps.is_empty() {
             // This session has state of its own; it cannot adopt another.
-            return false;
+            return None;
         }
         match ctx.recovery.take(pid).await {
-            Some(App::SocketIo(old)) if fits(&old) => {
+            Some(App::SocketIo(old)) => {
+                // Anything that cannot be replayed is dropped: its
+                // subscriptions and id go away.
+                let replay = missed(&old)?;
                 *self = *old;
-                true
+                Some(replay)
             }
-            // Anything else is dropped: its subscriptions and id go away.
-            _ => false,
+            _ => None,
         }
     }
 
@@ -392,6 +368,7 @@ impl SocketIoApp {
         let (allowed, refused): (Vec<String>, Vec<String>) = pattern_list(args)
             .into_iter()
             .partition(|p| sock.grants.may_subscribe(p));
+        let from = since::now(ctx.history.as_ref());
         let mut o = subscriptions::subscribe(&mut self.sub, &allowed, ctx.config.max_subscriptions);
         o.refused.extend(refused.into_iter().map(|pattern| Refused {
             pattern,
@@ -400,6 +377,7 @@ impl SocketIoApp {
         for p in &o.accepted {
             if let Ok(parsed) = Pattern::parse(p) {
                 sock.patterns.insert(p.clone(), parsed);
+                sock.since.add(p, from);
             }
         }
         outcome_json(&o)
@@ -409,10 +387,10 @@ impl SocketIoApp {
         let patterns = pattern_list(args);
         let mut o = Outcome::default();
         for p in patterns {
-            let held = self
-                .nsps
-                .get_mut(nsp)
-                .is_some_and(|n| n.patterns.remove(&p).is_some());
+            let held = self.nsps.get_mut(nsp).is_some_and(|n| {
+                n.since.remove(&p);
+                n.patterns.remove(&p).is_some()
+            });
             if !held {
                 o.refused.push(Refused {
                     pattern: p,
@@ -429,8 +407,9 @@ impl SocketIoApp {
     }
 
     /// Encodes hub messages as events, for every namespace subscribed to
-    /// their topic (with recovery on: logged with an offset, and sent while
-    /// the namespace is connected).
+    /// their topic and connected (with recovery on, each carries its
+    /// history sequence as offset, and what a recovery replayed is
+    /// skipped).
     pub fn deliver(
         &mut self,
         msgs: &[SharedMessage],
@@ -442,11 +421,10 @@ impl SocketIoApp {
             (Some(n), None) => Some(n),
             _ => None,
         };
-        let mut log = self.recovery.as_mut().map(|r| &mut r.log);
-        let mut one = |m: &SharedMessage, n: &NspSocket, out: &mut Vec<Outgoing>| {
-            let offset = log.as_mut().map(|l| l.push(n.name.clone(), m.clone()));
-            if n.connected {
-                push_event(m, &n.name, offset, transport, out);
+        let with_offset = self.recovery.is_some();
+        let one = |m: &SharedMessage, n: &NspSocket, out: &mut Vec<Outgoing>| {
+            if n.connected && m.seq().is_none_or(|s| s >= n.live_from) {
+                push_event(m, &n.name, with_offset, transport, out);
             }
         };
         for m in msgs {
@@ -469,16 +447,17 @@ impl SocketIoApp {
 fn push_event(
     m: &Message,
     nsp: &str,
-    offset: Option<u64>,
+    with_offset: bool,
     transport: Transport,
     out: &mut Vec<Outgoing>,
 ) {
-    let event = cached_socketio_event(m, nsp);
+    let event = if with_offset {
+        cached_socketio_event_with_offset(m, nsp)
+    } else {
+        cached_socketio_event(m, nsp)
+    };
     let binary = is_binary_event(&event);
-    out.push(Outgoing::Text(match offset {
-        Some(o) => socketio_event_with_offset(&event, o),
-        None => event,
-    }));
+    out.push(Outgoing::Text(event));
     if binary {
         let base64 = (transport == Transport::Polling).then(|| cached_base64(m));
         out.push(Outgoing::Binary {

@@ -1,24 +1,29 @@
 //! Connection state recovery (Socket.IO ≥ 4.6 semantics, and the same for
 //! `/ws`): every event a session sends carries an offset; a session whose
 //! transport is lost is *parked* for `[push] recovery_window_ms` — its
-//! subscriptions stay in place and what arrives meanwhile is logged — and a
-//! client that comes back with the session's id (Socket.IO's `pid`) and its
-//! last offset takes the session over and is sent every event after that
-//! offset, exactly once and in order. Past the window, or when the client
-//! missed more than the replay log holds ([`log`]), it gets a clean "not
-//! recovered" and starts afresh.
+//! subscriptions stay in place — and a client that comes back with the
+//! session's id (Socket.IO's `pid`) and its last offset takes the session
+//! over and is sent every event after that offset, exactly once and in
+//! order, from the hub's bounded per-topic history
+//! ([`tidegate_hub::history`]). Past the window, or when the history no
+//! longer holds what the client missed, it gets a clean "not recovered" and
+//! starts afresh.
 //!
-//! Offsets are per session, not per topic: the hub promises no order across
-//! subscriber queues (two publishers on one topic may reach two queues in
-//! different orders), so only the session itself can say what it sent
-//! before and after a given event.
+//! An offset is the message's hub-wide history sequence: with recovery on,
+//! the hub fans out in sequence order under the history's lock, so every
+//! session receives its messages in that order, the same event carries the
+//! same offset in every session (its encoding is shared), and a parked
+//! session keeps nothing of its own. Each subscription remembers the
+//! sequence it started at ([`Since`]), so a replay gives a topic's messages
+//! only from when the session wanted them.
 //!
 //! Here: the registry of recoverable sessions by id ([`RecoveryRegistry`]),
 //! the handle through which a live or parked session is asked to hand its
-//! state over, and the parked task ([`park`]).
+//! state over, the parked task ([`park`]) and the subscriptions' starts
+//! ([`since`]).
 
-pub mod log;
 pub mod park;
+pub mod since;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,7 +38,7 @@ use tokio::sync::{oneshot, Notify};
 use crate::app::App;
 use crate::engineio::handshake::new_sid;
 
-pub use log::ReplayLog;
+pub use since::Since;
 
 /// How long a reconnecting client waits for the old session to hand its
 /// state over (it is answered within one wake-up of that session's task).

@@ -1,8 +1,8 @@
 //! A parked session: its transport is gone, its state waits
 //! `recovery_window_ms` for the client to come back. Messages keep arriving
-//! in its bounded hub queue and are moved into its replay log (bounded
-//! too), so a client that returns is sent them; the window's end drops the
-//! state, and with it the subscriptions and the session id.
+//! in its bounded hub queue and are let go (the hub's history keeps them
+//! for the client's return); the window's end drops the state, and with it
+//! the subscriptions and the session id.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +12,6 @@ use tracing::debug;
 
 use crate::app::App;
 use crate::context::PushContext;
-use crate::engineio::handshake::Transport;
 use crate::session::task::DELIVERY_BATCH;
 
 /// Parks `app` (already detached from its transport) if recovery is on,
@@ -35,13 +34,12 @@ pub fn park(mut app: App, ctx: &Arc<PushContext>) {
     });
 }
 
-async fn hold(mut app: App, window: Duration) {
+async fn hold(app: App, window: Duration) {
     let Some(handle) = app.recovery_handle() else {
         return;
     };
     let deadline = Instant::now() + window;
     let mut batch = Vec::with_capacity(DELIVERY_BATCH);
-    let mut nothing = Vec::new();
     loop {
         let Some(sub) = app.subscriber() else { return };
         tokio::select! {
@@ -59,10 +57,8 @@ async fn hold(mut app: App, window: Duration) {
                 if r.is_err() {
                     return;
                 }
-                // Detached: delivering only logs, with offsets.
-                app.deliver(&batch, Transport::Polling, &mut nothing);
+                // The history keeps them for the client's return.
                 batch.clear();
-                nothing.clear();
             }
         }
     }

@@ -8,7 +8,6 @@
 //! No lock here is held across an `.await`.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::extract::ws::{Utf8Bytes, WebSocket};
@@ -92,10 +91,6 @@ struct State {
     post_pending: bool,
     ws_attached: bool,
     closed: bool,
-    /// Packets queued since the session opened.
-    enqueued: u64,
-    /// Packets handed to polling answers since the session opened.
-    polled_out: u64,
     /// A websocket's writing half, until the session task takes it.
     ws_writer: Option<WsWriter>,
     /// When packets are queued while polling: a long-poll answer is held
@@ -127,10 +122,6 @@ pub struct EngineSession {
     writer_ready: Notify,
     inbound: mpsc::Sender<Inbound>,
     closed: CancellationToken,
-    /// Packets the client has shown it received (the first N queued): a new
-    /// GET vouches for every earlier answer, a pong for what preceded its
-    /// ping. Connection state recovery forgets what is confirmed.
-    confirmed: AtomicU64,
 }
 
 impl EngineSession {
@@ -147,8 +138,6 @@ impl EngineSession {
                 post_pending: false,
                 ws_attached: transport == Transport::WebSocket,
                 closed: false,
-                enqueued: 0,
-                polled_out: 0,
                 ws_writer: None,
                 arrivals: ArrivalGap::default(),
             }),
@@ -157,7 +146,6 @@ impl EngineSession {
             writer_ready: Notify::new(),
             inbound: tx,
             closed: CancellationToken::new(),
-            confirmed: AtomicU64::new(0),
         };
         (s, rx)
     }
@@ -172,7 +160,6 @@ impl EngineSession {
         }
         let before = st.outbox.len();
         st.outbox.extend(packets);
-        st.enqueued += (st.outbox.len() - before) as u64;
         if st.transport == Transport::Polling && st.outbox.len() > before {
             st.arrivals.note(tokio::time::Instant::now());
         }
@@ -189,28 +176,6 @@ impl EngineSession {
     /// Queues one text packet.
     pub fn send_text(&self, text: impl Into<Bytes>) -> bool {
         self.send([Outgoing::Text(text.into())])
-    }
-
-    /// Packets queued since the session opened.
-    pub fn enqueued(&self) -> u64 {
-        self.state.lock().enqueued
-    }
-
-    /// How many of the first packets queued the client has shown it
-    /// received.
-    pub fn confirmed(&self) -> u64 {
-        self.confirmed.load(Ordering::Relaxed)
-    }
-
-    /// The client has received the first `packets` packets queued.
-    pub fn confirm(&self, packets: u64) {
-        self.confirmed.fetch_max(packets, Ordering::Relaxed);
-    }
-
-    /// A new polling GET: the client has processed every earlier answer.
-    pub fn confirm_polled(&self) {
-        let n = self.state.lock().polled_out;
-        self.confirm(n);
     }
 
     /// Packets waiting in the outbox.
@@ -308,7 +273,6 @@ impl EngineSession {
         }
         let (body, n) = encode_payload(parts.iter().map(|b| &b[..]), max_payload);
         st.outbox.drain(..n);
-        st.polled_out += n as u64;
         drop(st);
         self.drained.notify_one();
         PollAnswer::Payload(body)
@@ -410,26 +374,6 @@ mod tests {
         assert_eq!(s.poll(11), PollAnswer::Payload(b"6".to_vec()));
         s.close();
         assert_eq!(s.poll(11), PollAnswer::Payload(b"1".to_vec()));
-    }
-
-    #[test]
-    fn a_new_poll_confirms_what_earlier_polls_carried() {
-        let (s, _rx) = EngineSession::new("x".into(), Transport::Polling);
-        s.send_text(Bytes::from_static(b"4a"));
-        s.send_text(Bytes::from_static(b"4b"));
-        assert_eq!((s.enqueued(), s.confirmed()), (2, 0));
-        s.confirm_polled();
-        assert_eq!(s.confirmed(), 0, "nothing was answered yet");
-        assert!(matches!(s.poll(100), PollAnswer::Payload(_)));
-        s.send_text(Bytes::from_static(b"4c"));
-        s.confirm_polled();
-        assert_eq!(
-            s.confirmed(),
-            2,
-            "the answer held two packets; the third is unseen"
-        );
-        s.confirm(1);
-        assert_eq!(s.confirmed(), 2, "confirmation never goes back");
     }
 
     #[test]

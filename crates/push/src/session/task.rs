@@ -14,7 +14,6 @@
 //! ([`crate::recovery::park`]), and one whose client reconnected elsewhere
 //! hands its state over.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,10 +42,6 @@ enum End {
 
 /// Hub messages moved into the outbox per wake-up at most.
 pub const DELIVERY_BATCH: usize = 256;
-/// Delivery batches whose receipt is awaited, for trimming the replay log
-/// (recovery on); past it the oldest marks go (their events are then let
-/// go a little later).
-pub const RECEIPT_MARKS: usize = 256;
 
 /// Runs the session until it closes, then forgets it.
 pub async fn run(
@@ -62,11 +57,6 @@ pub async fn run(
     // Grown on the first delivery: an idle session holds no batch buffer.
     let mut batch = Vec::new();
     let mut frames = Vec::new();
-    // With recovery on: (packets queued after a batch, its last offset),
-    // until the client shows it received that many packets; and the
-    // packets queued before the outstanding ping.
-    let mut marks: VecDeque<(u64, u64)> = VecDeque::new();
-    let mut ping_mark = 0u64;
     let mut ws: Option<WsWriter> = None;
     let mut written: Vec<Outgoing> = Vec::new();
     let mut flush = FlushTimer::new(
@@ -86,14 +76,6 @@ pub async fn run(
                 flush.done();
             }
         }
-        let confirmed = session.confirmed();
-        let mut upto = None;
-        while marks.front().is_some_and(|m| m.0 <= confirmed) {
-            upto = marks.pop_front().map(|m| m.1);
-        }
-        if let Some(offset) = upto {
-            app.confirm(offset);
-        }
         let room = OUTBOX_SOFT_LIMIT.saturating_sub(session.outbox_len());
         let take = room.min(DELIVERY_BATCH);
         let handle = app.recovery_handle();
@@ -107,8 +89,6 @@ pub async fn run(
                 let Some(p) = p else { break End::Lost("transport gone".into()) };
                 let r = match *p {
                     EioPacket::Pong(_) => {
-                        // Everything queued before the ping was processed.
-                        session.confirm(ping_mark);
                         pong_due = None;
                         next_ping = Instant::now() + interval;
                         Ok(())
@@ -129,7 +109,6 @@ pub async fn run(
             }
             _ = sleep_until(next_ping), if pong_due.is_none() => {
                 session.send_text(&b"2"[..]);
-                ping_mark = session.enqueued();
                 pong_due = Some(Instant::now() + timeout);
             }
             _ = sleep_until(pong_due.unwrap_or_else(Instant::now)), if pong_due.is_some() => {
@@ -142,12 +121,6 @@ pub async fn run(
                         app.deliver(&batch, session.transport(), &mut frames);
                         batch.clear();
                         session.send(frames.drain(..));
-                        if let Some(offset) = app.last_offset() {
-                            if marks.len() >= RECEIPT_MARKS {
-                                marks.pop_front();
-                            }
-                            marks.push_back((session.enqueued(), offset));
-                        }
                     }
                     Err(e) => break End::Fatal(e.to_string()),
                 }

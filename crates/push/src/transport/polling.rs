@@ -82,8 +82,6 @@ async fn get(s: &EngineSession, ctx: &PushContext) -> Response {
         return refuse(HandshakeError::BadRequest);
     }
     let _guard = PollGuard(s);
-    // The client asks again only once it has processed the last answer.
-    s.confirm_polled();
     let deadline = tokio::time::Instant::now()
         + MAX_POLL_WAIT.min(Duration::from_millis(
             ctx.config.ping_interval_ms + ctx.config.ping_timeout_ms,

@@ -116,7 +116,6 @@ async fn serve(
     let mut pong_due: Option<Instant> = None;
     // The newest offset written before the outstanding ping: its pong
     // shows the client got everything up to it (recovery on).
-    let mut ping_offset = None;
     let mut flush = FlushTimer::new(
         ctx.config.write_delay(),
         ctx.config.busy_write_delay(),
@@ -154,9 +153,6 @@ async fn serve(
                     // Any pong answers the outstanding ping (browsers send
                     // none unprompted; a stale one still proves liveness).
                     Some(Ok(Message::Pong(_))) => {
-                        if let Some(o) = ping_offset.take() {
-                            session.confirm(o);
-                        }
                         pong_due = None;
                         next_ping = Instant::now() + interval;
                     }
@@ -182,7 +178,6 @@ async fn serve(
                     break End::Lost;
                 }
                 pong_due = Some(Instant::now() + timeout);
-                ping_offset = session.last_offset();
             }
             _ = sleep_until(pong_due.unwrap_or_else(Instant::now)), if pong_due.is_some() => {
                 debug!("/ws client sent no pong within ping_timeout_ms; closing");
