@@ -24,23 +24,32 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
-use crate::SharedMessage;
+use crate::{Message, SharedMessage};
 
 /// What one kept message counts against `max_bytes` besides its payload
-/// (its entries in the logs), so that empty payloads are bounded too.
+/// and topic (the copy's own fields, its entries in the logs), so that
+/// empty payloads are bounded too.
 const ENTRY_OVERHEAD: usize = 64;
 
-fn cost(m: &SharedMessage) -> usize {
-    m.payload.len() + ENTRY_OVERHEAD
+fn cost(m: &Message) -> usize {
+    m.payload.len() + m.topic.len() + ENTRY_OVERHEAD
 }
+
+/// Messages the history let go during one fan-out, dropped by the caller
+/// after the lock is released.
+pub(crate) type Evicted = Vec<SharedMessage>;
+
+/// Type of the topics map: aHash, as the hub's bus (the topic is hashed
+/// once per fan-out under the lock).
+type Topics = HashMap<Arc<str>, TopicLog, ahash::RandomState>;
 
 /// How much the history keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HistoryLimits {
     /// Messages kept per topic (at least 1).
     pub per_topic: usize,
-    /// Bytes kept over all topics: payloads, and 64 per message for the
-    /// logs themselves.
+    /// Bytes kept over all topics: payloads and topics, and 64 per message
+    /// for the rest of each copy and the logs.
     pub max_bytes: usize,
     /// Topics remembered, those with an empty log included.
     pub max_topics: usize,
@@ -77,7 +86,7 @@ struct Inner {
     limits: HistoryLimits,
     /// The sequence the next message gets.
     next: u64,
-    topics: HashMap<Arc<str>, TopicLog>,
+    topics: Topics,
     /// Every kept entry, oldest first, for the byte bound.
     order: VecDeque<(u64, Arc<str>)>,
     bytes: usize,
@@ -106,7 +115,7 @@ impl History {
                     ..limits
                 },
                 next: 1,
-                topics: HashMap::new(),
+                topics: Topics::default(),
                 order: VecDeque::new(),
                 bytes: 0,
                 emptied: VecDeque::new(),
@@ -182,29 +191,41 @@ impl History {
 }
 
 impl Recording<'_> {
-    /// Gives `msg` its sequence and keeps it in its topic's log.
-    pub(crate) fn record(&mut self, msg: &SharedMessage) {
+    /// Gives `msg` its sequence and keeps a copy of it in its topic's log:
+    /// a copy without the encoded forms sessions cache on the original, so
+    /// those go with the last session that used them and `max_bytes`
+    /// bounds what the history really holds. Returns what was let go, for
+    /// the caller to drop once the lock is released.
+    #[must_use]
+    pub(crate) fn record(&mut self, msg: &SharedMessage) -> Evicted {
         let h = &mut *self.0;
         let seq = h.next;
         h.next += 1;
         msg.encoded.set_seq(seq);
+        // `Message::clone` leaves the encoded forms (and the sequence) behind.
+        let kept: SharedMessage = Arc::new((**msg).clone());
+        kept.encoded.set_seq(seq);
+        let mut evicted = Evicted::new();
         let topic: Arc<str> = match h.topics.get_key_value(msg.topic.as_str()) {
             Some((k, _)) => k.clone(),
             None => Arc::from(msg.topic.as_str()),
         };
         let per_topic = h.limits.per_topic;
+        let added = cost(&kept);
         let log = h.topics.entry(topic.clone()).or_default();
-        log.entries.push_back((seq, msg.clone()));
+        log.entries.push_back((seq, kept));
         let mut freed = 0;
         if log.entries.len() > per_topic {
             if let Some((s, m)) = log.entries.pop_front() {
                 log.forgotten = s;
                 freed += cost(&m);
+                evicted.push(m);
             }
         }
-        h.bytes = h.bytes + cost(msg) - freed;
+        h.bytes = h.bytes + added - freed;
         h.order.push_back((seq, topic));
-        h.shed();
+        h.shed(&mut evicted);
+        evicted
     }
 }
 
@@ -212,7 +233,7 @@ impl Inner {
     /// Lets the oldest entries go while over the byte bound, forgets
     /// emptied topics past the topic bound, and drops order entries of
     /// messages a topic already let go.
-    fn shed(&mut self) {
+    fn shed(&mut self, evicted: &mut Evicted) {
         while self.bytes > self.limits.max_bytes || self.order.len() > 4 * self.topics_kept() {
             let Some((seq, topic)) = self.order.pop_front() else {
                 break;
@@ -224,6 +245,7 @@ impl Inner {
                 if let Some((s, m)) = log.entries.pop_front() {
                     log.forgotten = s;
                     self.bytes -= cost(&m);
+                    evicted.push(m);
                 }
                 if log.entries.is_empty() {
                     self.emptied.push_back(topic);
@@ -259,7 +281,6 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Message;
 
     fn limits(per_topic: usize, max_bytes: usize) -> HistoryLimits {
         HistoryLimits {
@@ -271,7 +292,7 @@ mod tests {
 
     fn publish(h: &History, topic: &str, payload: &str) -> SharedMessage {
         let m = Arc::new(Message::new(topic, payload.to_owned()));
-        h.lock().record(&m);
+        drop(h.lock().record(&m));
         m
     }
 
@@ -329,7 +350,7 @@ mod tests {
 
     #[test]
     fn the_byte_bound_lets_the_oldest_go_across_topics() {
-        let h = History::new(limits(100, 2 * (ENTRY_OVERHEAD + 4)));
+        let h = History::new(limits(100, 2 * (ENTRY_OVERHEAD + 5)));
         publish(&h, "a", "aaaa"); // 1
         publish(&h, "b", "bbbb"); // 2
         publish(&h, "c", "cccc"); // 3: over the bound, "a" goes
@@ -343,7 +364,7 @@ mod tests {
     fn forgotten_topics_make_older_replays_fail_and_memory_stays_bounded() {
         let h = History::new(HistoryLimits {
             per_topic: 1,
-            max_bytes: 3 * (ENTRY_OVERHEAD + 1),
+            max_bytes: 3 * (ENTRY_OVERHEAD + 5),
             max_topics: 5,
         });
         for i in 0..1000 {

@@ -310,8 +310,11 @@ impl Hub {
                 // Sequence, log and queues under one lock: every queue gets
                 // messages in sequence order (see `history`).
                 let mut recording = h.lock();
-                recording.record(msg);
+                let evicted = recording.record(msg);
                 self.fan_out_to_queues(msg);
+                drop(recording);
+                // Freed outside the lock.
+                drop(evicted);
             }
             None => self.fan_out_to_queues(msg),
         }

@@ -105,8 +105,9 @@ pub struct PushConfig {
     /// (the history of [`tidegate_hub::history`]; kept while recovery is
     /// on).
     pub recovery_history: usize,
-    /// Bytes the history keeps over all topics (payloads plus 64 per
-    /// message); the oldest messages go first, whatever their topic.
+    /// Bytes the history keeps over all topics (payloads and topics plus
+    /// 64 per message); the oldest messages go first, whatever their
+    /// topic.
     pub recovery_history_bytes: usize,
     /// Milliseconds a session holds its first pending packet so that what
     /// arrives meanwhile goes out in the same write: one websocket flush,
