@@ -3,19 +3,24 @@
 //!
 //! With a history installed ([`crate::Hub::enable_history`]), every local
 //! fan-out takes one lock, gives the message the next hub-wide sequence
-//! number ([`crate::Message::seq`]), keeps it in its topic's log and queues
-//! it to the subscribers — all under that lock, so every subscriber queue
-//! receives messages in sequence order. A subscriber that saw sequence `L`
-//! has therefore seen (or lost to its own overflow policy) everything
-//! before `L` on its topics, and what it missed is exactly the history's
-//! messages after `L` on them.
+//! number ([`crate::Message::seq`]), keeps a copy in its topic's log and
+//! queues it to the subscribers — all under that lock, so every subscriber
+//! queue receives messages in sequence order. A subscriber that saw
+//! sequence `L` has therefore seen (or lost to its own overflow policy)
+//! everything before `L` on its topics, and what it missed is exactly the
+//! history's messages after `L` on them ([`History::replay`], given its
+//! subscriptions and when each started, [`Since`]).
 //!
 //! Bounded twice: each topic keeps its last `per_topic` messages, and all
-//! topics together at most `max_bytes` of payload (the oldest go first,
-//! whatever their topic). A topic remembers the newest sequence it let go,
-//! so a replay that would need it fails instead of leaving a hole; a topic
-//! whose log emptied is forgotten past `max_topics`, and then any replay
-//! from before what it let go fails.
+//! topics together at most `max_bytes` (each copy's payload, topic, key and
+//! attributes, plus a fixed overhead; the oldest go first, whatever their
+//! topic). The copy is the history's own — its payload copied, without the
+//! encodings sessions cache on the original — so the bound is what it
+//! holds. A topic remembers the newest sequence it let go, so a replay that
+//! would need it fails instead of leaving a hole; a topic whose log emptied
+//! is forgotten past `max_topics`, and from then on any replay from before
+//! what it let go fails, whatever its subscriptions (conservative: the
+//! history no longer knows whether they matched it).
 //!
 //! Off by default: the lock serialises fan-out, which only recovery needs.
 
@@ -24,15 +29,21 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
+use crate::topic::Pattern;
 use crate::{Message, SharedMessage};
 
-/// What one kept message counts against `max_bytes` besides its payload
-/// and topic (the copy's own fields, its entries in the logs), so that
-/// empty payloads are bounded too.
+/// What one kept message counts against `max_bytes` besides its payload,
+/// topic, key and attributes (the copy's own fields, its entries in the
+/// logs), so that empty messages are bounded too.
 const ENTRY_OVERHEAD: usize = 64;
 
 fn cost(m: &Message) -> usize {
-    m.payload.len() + m.topic.len() + ENTRY_OVERHEAD
+    let attrs: usize = m
+        .attributes
+        .iter()
+        .map(|(n, v)| n.len() + v.len() + 48)
+        .sum();
+    m.payload.len() + m.topic.len() + m.key.as_ref().map_or(0, |k| k.len()) + attrs + ENTRY_OVERHEAD
 }
 
 /// Messages the history let go during one fan-out, dropped by the caller
@@ -48,8 +59,8 @@ type Topics = HashMap<Arc<str>, TopicLog, ahash::RandomState>;
 pub struct HistoryLimits {
     /// Messages kept per topic (at least 1).
     pub per_topic: usize,
-    /// Bytes kept over all topics: payloads and topics, and 64 per message
-    /// for the rest of each copy and the logs.
+    /// Bytes kept over all topics: each copy's payload, topic, key and
+    /// attributes, and 64 per message for the rest of it and the logs.
     pub max_bytes: usize,
     /// Topics remembered, those with an empty log included.
     pub max_topics: usize,
@@ -74,11 +85,61 @@ pub enum NotKept {
     TooMany(usize),
 }
 
+/// A subscriber's subscriptions, each with the history sequence it started
+/// at, so a replay gives a topic's messages only from when the subscriber
+/// wanted them.
+#[derive(Debug, Default, Clone)]
+pub struct Since {
+    exact: HashMap<String, u64, ahash::RandomState>,
+    wildcards: Vec<(Pattern, u64)>,
+}
+
+impl Since {
+    /// `pattern` was subscribed when the history's next sequence was
+    /// `from` (a pattern held already keeps its earlier start).
+    pub fn add(&mut self, pattern: &str, from: u64) {
+        let Ok(p) = Pattern::parse(pattern) else {
+            return;
+        };
+        if p.is_literal() {
+            self.exact.entry(pattern.to_owned()).or_insert(from);
+        } else if !self.wildcards.iter().any(|(q, _)| q.as_str() == pattern) {
+            self.wildcards.push((p, from));
+        }
+    }
+
+    /// `pattern` was unsubscribed.
+    pub fn remove(&mut self, pattern: &str) {
+        self.exact.remove(pattern);
+        self.wildcards.retain(|(q, _)| q.as_str() != pattern);
+    }
+
+    /// The sequence from which messages on `topic` are wanted (the earliest
+    /// of the matching subscriptions), or None when none matches.
+    pub fn wanted(&self, topic: &str) -> Option<u64> {
+        let exact = self.exact.get(topic).copied();
+        self.wildcards
+            .iter()
+            .filter(|(p, _)| p.matches(topic))
+            .map(|(_, from)| *from)
+            .chain(exact)
+            .min()
+    }
+}
+
 #[derive(Debug, Default)]
 struct TopicLog {
     entries: VecDeque<(u64, SharedMessage)>,
     /// The newest sequence this topic let go (0: none).
     forgotten: u64,
+}
+
+impl TopicLog {
+    /// Whether the entry `seq` of this log is still kept (entries go from
+    /// the front only, so what is kept is what is not older than it).
+    fn keeps(&self, seq: u64) -> bool {
+        self.entries.front().is_some_and(|(s, _)| *s <= seq)
+    }
 }
 
 #[derive(Debug)]
@@ -87,8 +148,11 @@ struct Inner {
     /// The sequence the next message gets.
     next: u64,
     topics: Topics,
-    /// Every kept entry, oldest first, for the byte bound.
+    /// Kept entries, oldest first, for the byte bound — and entries a topic
+    /// already let go by its own bound (`stale` of them), dropped when they
+    /// reach the front or by [`Inner::compact`].
     order: VecDeque<(u64, Arc<str>)>,
+    stale: usize,
     bytes: usize,
     /// Topics whose log emptied, oldest first (may hold stale names).
     emptied: VecDeque<Arc<str>>,
@@ -117,6 +181,7 @@ impl History {
                 next: 1,
                 topics: Topics::default(),
                 order: VecDeque::new(),
+                stale: 0,
                 bytes: 0,
                 emptied: VecDeque::new(),
                 forgotten_topics: 0,
@@ -137,7 +202,8 @@ impl History {
 
     /// Messages kept, all topics.
     pub fn len(&self) -> usize {
-        self.inner.lock().order.len()
+        let h = self.inner.lock();
+        h.order.len() - h.stale
     }
 
     /// True when nothing is kept.
@@ -145,65 +211,92 @@ impl History {
         self.len() == 0
     }
 
-    /// The messages after sequence `after` on the topics `wanted` accepts,
-    /// in sequence order, at most `max`, and the sequence live delivery
-    /// continues from (messages before it are in the replay or were sent
-    /// already). `wanted` gets a topic and returns the sequence from which
-    /// the subscriber wants it (`None`: not at all), so a subscription made
-    /// after `after` replays only what came after it.
+    /// The messages after sequence `after` on the topics `since` wants
+    /// (each from when its subscription started), in sequence order, at
+    /// most `max`, and the sequence live delivery continues from (messages
+    /// before it are in the replay or were sent already). The messages are
+    /// fresh copies (with their sequence): encodings a session caches on
+    /// them stay out of the history.
     pub fn replay(
         &self,
         after: u64,
         max: usize,
-        mut wanted: impl FnMut(&str) -> Option<u64>,
+        since: &Since,
     ) -> Result<(Vec<SharedMessage>, u64), NotKept> {
-        let h = self.inner.lock();
-        if after >= h.next {
-            return Err(NotKept::Unknown(after));
-        }
-        if h.forgotten_topics > after {
-            return Err(NotKept::Forgotten {
-                after,
-                forgotten: h.forgotten_topics,
-            });
-        }
         let mut out: Vec<(u64, SharedMessage)> = Vec::new();
-        for (topic, log) in &h.topics {
-            let Some(from) = wanted(topic) else { continue };
-            let from = from.max(after + 1);
-            if log.forgotten >= from {
+        let next = {
+            let h = self.inner.lock();
+            if after >= h.next {
+                return Err(NotKept::Unknown(after));
+            }
+            if h.forgotten_topics > after {
                 return Err(NotKept::Forgotten {
                     after,
-                    forgotten: log.forgotten,
+                    forgotten: h.forgotten_topics,
                 });
             }
-            let start = log.entries.partition_point(|(s, _)| *s < from);
-            for (s, m) in log.entries.range(start..) {
-                if out.len() >= max {
+            let mut take = |log: &TopicLog, from: u64| {
+                let from = from.max(after + 1);
+                if log.forgotten >= from {
+                    return Err(NotKept::Forgotten {
+                        after,
+                        forgotten: log.forgotten,
+                    });
+                }
+                let start = log.entries.partition_point(|(s, _)| *s < from);
+                if out.len() + (log.entries.len() - start) > max {
                     return Err(NotKept::TooMany(max));
                 }
-                out.push((*s, m.clone()));
+                out.extend(log.entries.range(start..).cloned());
+                Ok(())
+            };
+            if since.wildcards.is_empty() {
+                // Exact subscriptions only: look each up, no scan.
+                for (topic, from) in &since.exact {
+                    if let Some(log) = h.topics.get(topic.as_str()) {
+                        take(log, *from)?;
+                    }
+                }
+            } else {
+                for (topic, log) in &h.topics {
+                    if let Some(from) = since.wanted(topic) {
+                        take(log, from)?;
+                    }
+                }
             }
-        }
+            h.next
+        };
+        // Outside the lock: fan-out goes on meanwhile.
         out.sort_unstable_by_key(|(s, _)| *s);
-        Ok((out.into_iter().map(|(_, m)| m).collect(), h.next))
+        let copies = out
+            .into_iter()
+            .map(|(s, m)| {
+                let copy = Arc::new((*m).clone());
+                copy.encoded.set_seq(s);
+                copy
+            })
+            .collect();
+        Ok((copies, next))
     }
 }
 
 impl Recording<'_> {
-    /// Gives `msg` its sequence and keeps a copy of it in its topic's log:
-    /// a copy without the encoded forms sessions cache on the original, so
-    /// those go with the last session that used them and `max_bytes`
-    /// bounds what the history really holds. Returns what was let go, for
-    /// the caller to drop once the lock is released.
+    /// Gives `msg` its sequence and keeps a copy of it in its topic's log
+    /// (see the module docs). Returns what was let go, for the caller to
+    /// drop once the lock is released.
     #[must_use]
     pub(crate) fn record(&mut self, msg: &SharedMessage) -> Evicted {
         let h = &mut *self.0;
         let seq = h.next;
         h.next += 1;
         msg.encoded.set_seq(seq);
-        // `Message::clone` leaves the encoded forms (and the sequence) behind.
-        let kept: SharedMessage = Arc::new((**msg).clone());
+        // `Message::clone` leaves the encoded forms (and the sequence)
+        // behind; the payload is copied so that the history does not keep
+        // a larger buffer it is a slice of (a backbone bundle, a read
+        // buffer) alive.
+        let mut copy = (**msg).clone();
+        copy.payload = bytes::Bytes::copy_from_slice(&msg.payload);
+        let kept: SharedMessage = Arc::new(copy);
         kept.encoded.set_seq(seq);
         let mut evicted = Evicted::new();
         let topic: Arc<str> = match h.topics.get_key_value(msg.topic.as_str()) {
@@ -220,6 +313,7 @@ impl Recording<'_> {
                 log.forgotten = s;
                 freed += cost(&m);
                 evicted.push(m);
+                h.stale += 1;
             }
         }
         h.bytes = h.bytes + added - freed;
@@ -231,14 +325,15 @@ impl Recording<'_> {
 
 impl Inner {
     /// Lets the oldest entries go while over the byte bound, forgets
-    /// emptied topics past the topic bound, and drops order entries of
-    /// messages a topic already let go.
+    /// emptied topics past the topic bound, and keeps `order` from filling
+    /// with entries topics already let go.
     fn shed(&mut self, evicted: &mut Evicted) {
-        while self.bytes > self.limits.max_bytes || self.order.len() > 4 * self.topics_kept() {
+        while self.bytes > self.limits.max_bytes {
             let Some((seq, topic)) = self.order.pop_front() else {
                 break;
             };
             let Some(log) = self.topics.get_mut(&topic) else {
+                self.stale = self.stale.saturating_sub(1);
                 continue;
             };
             if log.entries.front().is_some_and(|(s, _)| *s == seq) {
@@ -250,7 +345,22 @@ impl Inner {
                 if log.entries.is_empty() {
                     self.emptied.push_back(topic);
                 }
+            } else {
+                self.stale = self.stale.saturating_sub(1);
             }
+        }
+        // Stale entries at the front go at once; past as many stale as
+        // kept ones, all of them (amortised: each entry is passed over
+        // once per halving).
+        while let Some((seq, topic)) = self.order.front() {
+            if self.topics.get(topic).is_some_and(|l| l.keeps(*seq)) {
+                break;
+            }
+            self.order.pop_front();
+            self.stale = self.stale.saturating_sub(1);
+        }
+        if self.stale > 1024 && self.stale > self.order.len() / 2 {
+            self.compact();
         }
         while self.topics.len() > self.limits.max_topics {
             let Some(topic) = self.emptied.pop_front() else {
@@ -272,9 +382,12 @@ impl Inner {
         }
     }
 
-    /// Entries kept, an upper bound of what `order` must hold.
-    fn topics_kept(&self) -> usize {
-        (self.topics.len() * self.limits.per_topic).max(1)
+    /// Drops every entry of `order` whose message its topic let go.
+    fn compact(&mut self) {
+        let topics = &self.topics;
+        self.order
+            .retain(|(seq, topic)| topics.get(topic).is_some_and(|l| l.keeps(*seq)));
+        self.stale = 0;
     }
 }
 
@@ -302,6 +415,14 @@ mod tests {
             .collect()
     }
 
+    fn since(subs: &[(&str, u64)]) -> Since {
+        let mut s = Since::default();
+        for (p, from) in subs {
+            s.add(p, *from);
+        }
+        s
+    }
+
     #[test]
     fn sequences_are_hub_wide_and_replays_merge_topics_in_order() {
         let h = History::new(limits(10, 1 << 20));
@@ -311,20 +432,24 @@ mod tests {
         publish(&h, "c", "c1");
         publish(&h, "a", "a2");
         assert_eq!(a1.seq(), Some(1));
-        let (got, next) = h.replay(1, 100, |t| (t != "c").then_some(0)).unwrap();
+        let (got, next) = h.replay(1, 100, &since(&[("a", 0), ("b", 0)])).unwrap();
         assert_eq!(payloads(&got), ["b1", "a2"]);
+        assert_eq!(got[1].seq(), Some(4));
         assert_eq!(next, 5);
         // A subscription made at 4 wants nothing before it.
-        let (got, _) = h
-            .replay(0, 100, |t| match t {
-                "a" => Some(0),
-                "c" => Some(4),
-                _ => None,
-            })
-            .unwrap();
+        let (got, _) = h.replay(0, 100, &since(&[("a", 0), ("c", 4)])).unwrap();
         assert_eq!(payloads(&got), ["a1", "a2"]);
-        assert_eq!(h.replay(5, 100, |_| Some(0)), Err(NotKept::Unknown(5)));
-        assert_eq!(h.replay(0, 2, |_| Some(0)), Err(NotKept::TooMany(2)));
+        // Wildcards scan every topic.
+        let (got, _) = h.replay(0, 100, &since(&[(">", 0)])).unwrap();
+        assert_eq!(payloads(&got), ["a1", "b1", "c1", "a2"]);
+        assert_eq!(
+            h.replay(5, 100, &since(&[(">", 0)])),
+            Err(NotKept::Unknown(5))
+        );
+        assert_eq!(
+            h.replay(0, 2, &since(&[(">", 0)])),
+            Err(NotKept::TooMany(2))
+        );
     }
 
     #[test]
@@ -336,15 +461,15 @@ mod tests {
         publish(&h, "b", "b1");
         // a1 (sequence 1) is gone: a client at 0 missed it.
         assert_eq!(
-            h.replay(0, 100, |t| (t == "a").then_some(0)),
+            h.replay(0, 100, &since(&[("a", 0)])),
             Err(NotKept::Forgotten {
                 after: 0,
                 forgotten: 1
             })
         );
         // A client that wants only b, or saw a1, is fine.
-        assert!(h.replay(0, 100, |t| (t == "b").then_some(0)).is_ok());
-        let (got, _) = h.replay(1, 100, |_| Some(0)).unwrap();
+        assert!(h.replay(0, 100, &since(&[("b", 0)])).is_ok());
+        let (got, _) = h.replay(1, 100, &since(&[(">", 0)])).unwrap();
         assert_eq!(payloads(&got), ["a2", "a3", "b1"]);
     }
 
@@ -355,9 +480,43 @@ mod tests {
         publish(&h, "b", "bbbb"); // 2
         publish(&h, "c", "cccc"); // 3: over the bound, "a" goes
         assert_eq!(h.len(), 2);
-        assert!(h.replay(0, 100, |t| (t == "a").then_some(0)).is_err());
-        let (got, _) = h.replay(1, 100, |_| Some(0)).unwrap();
+        assert!(h.replay(0, 100, &since(&[("a", 0)])).is_err());
+        let (got, _) = h.replay(1, 100, &since(&[(">", 0)])).unwrap();
         assert_eq!(payloads(&got), ["bbbb", "cccc"]);
+    }
+
+    #[test]
+    fn a_busy_topic_neither_grows_the_order_nor_pushes_a_quiet_one_out() {
+        let h = History::new(limits(16, 1 << 20));
+        publish(&h, "quiet", "q");
+        for i in 0..100_000 {
+            publish(&h, "hot", &i.to_string());
+        }
+        let inner = h.inner.lock();
+        assert!(inner.order.len() <= 2 * 17 + 1024, "{}", inner.order.len());
+        drop(inner);
+        assert_eq!(h.len(), 17);
+        let (got, _) = h.replay(0, 100, &since(&[("quiet", 0)])).unwrap();
+        assert_eq!(payloads(&got), ["q"]);
+    }
+
+    #[test]
+    fn the_history_keeps_its_own_copies() {
+        let h = History::new(limits(4, 1 << 20));
+        let big = bytes::Bytes::from(vec![b'x'; 4096]);
+        let m = Arc::new(Message::new("t", big.slice(0..3)));
+        drop(h.lock().record(&m));
+        drop(m);
+        let (got, _) = h.replay(0, 10, &since(&[("t", 0)])).unwrap();
+        assert_eq!(&got[0].payload[..], b"xxx");
+        // The replayed copy caches its own encodings, not the history's.
+        got[0]
+            .encoded
+            .get_or_try_encode::<()>(crate::EncodedForm::PushJson, || Ok(bytes::Bytes::new()))
+            .unwrap();
+        let inner = h.inner.lock();
+        let kept = &inner.topics.get("t").unwrap().entries[0].1;
+        assert!(!kept.encoded.is_cached(crate::EncodedForm::PushJson));
     }
 
     #[test]
@@ -375,8 +534,25 @@ mod tests {
         assert!(inner.order.len() <= 3 && inner.emptied.len() <= 5);
         assert!(inner.forgotten_topics >= 990);
         drop(inner);
-        assert!(h.replay(10, 100, |_| Some(0)).is_err());
-        let (got, _) = h.replay(999, 100, |_| Some(0)).unwrap();
+        assert!(h.replay(10, 100, &since(&[(">", 0)])).is_err());
+        let (got, _) = h.replay(999, 100, &since(&[(">", 0)])).unwrap();
         assert_eq!(payloads(&got), ["x"]);
+    }
+
+    #[test]
+    fn the_earliest_matching_subscription_decides() {
+        let mut s = Since::default();
+        s.add("news.a", 5);
+        s.add("news.*", 9);
+        s.add("news.a", 12);
+        assert_eq!(s.wanted("news.a"), Some(5));
+        assert_eq!(s.wanted("news.b"), Some(9));
+        assert_eq!(s.wanted("sport.a"), None);
+        s.remove("news.a");
+        assert_eq!(s.wanted("news.a"), Some(9));
+        s.remove("news.*");
+        assert_eq!(s.wanted("news.b"), None);
+        s.add("bad..pattern", 1);
+        assert_eq!(s.wanted("bad..pattern"), None);
     }
 }

@@ -155,7 +155,7 @@ fn append_before_last(text: &[u8], extra: std::fmt::Arguments<'_>) -> Bytes {
 /// The `/ws` JSON `message`: `{"op":"message","topic":…,"payload":…}`, or
 /// `{"op":"message","topic":…,"binary":true}` followed by a binary frame.
 /// A message delivered from the cluster backbone also says where it sits
-/// in the cluster's history, `"pos":[partition,offset]` (after the topic),
+/// in the cluster's history, `"pos":[partition,position]` (after the topic),
 /// which a client gives back to recover on another node.
 pub fn ws_message(msg: &Message) -> Bytes {
     let mut s = String::with_capacity(msg.payload.len() + msg.topic.len() + 48);

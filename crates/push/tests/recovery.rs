@@ -3,8 +3,10 @@
 //! within `recovery_window_ms` with its session id and last offset has
 //! `recovered` set, its subscriptions back, and every message published
 //! while it was away exactly once and in order, then the live ones; past
-//! the window, or having missed more than `recovery_history`, it gets a
-//! clean start (not recovered, nothing replayed, nothing subscribed).
+//! the window, or having missed a message the hub's history let go (it
+//! keeps `recovery_history` per topic), or more than a replay may carry,
+//! it gets a clean start (not recovered, nothing replayed, nothing
+//! subscribed).
 
 mod common;
 
@@ -383,6 +385,54 @@ async fn a_namespace_that_cannot_be_replayed_starts_clean_while_the_other_recove
         .await
         .unwrap();
     assert_eq!(get(sid.clone()).await, r#"42/n,["b.x",2,"9"]"#);
+}
+
+#[tokio::test]
+async fn a_replay_too_large_for_the_outbox_is_a_clean_start_not_a_dead_session() {
+    const SIO: &str = "/socket.io/";
+    let s = Server::start(recovering(10_000, 10_000)).await;
+    let get = |sid: String| {
+        let s = &s;
+        async move { String::from_utf8(s.get(SIO, &sid).await.1).unwrap() }
+    };
+    let sid = s.open(SIO).await;
+    s.post(SIO, &sid, b"40").await;
+    let pid = pid_of(&get(sid.clone()).await).expect("a pid with recovery on");
+    s.post(SIO, &sid, br#"421["subscribe",["big.x"]]"#).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    get(sid.clone()).await;
+    s.post(SIO, &sid, b"1").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for i in 0..=tidegate_push::recovery::MAX_REPLAY {
+        s.ctx
+            .hub
+            .publish(HubMessage::new("big.x", i.to_string()))
+            .await
+            .unwrap();
+    }
+    let sid = s.open(SIO).await;
+    let ask = format!(r#"40{{"pid":"{pid}","offset":"0"}}"#);
+    s.post(SIO, &sid, ask.as_bytes()).await;
+    let answer = get(sid.clone()).await;
+    assert!(answer.starts_with("40{"), "{answer}");
+    assert!(
+        pid_of(&answer).is_some_and(|p| p != pid),
+        "a new pid: {answer}"
+    );
+    assert_eq!(s.ctx.recovery.not_recovered(), 1);
+    // The session lives on: it can subscribe and receive.
+    s.post(SIO, &sid, br#"421["subscribe",["big.y"]]"#).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        get(sid.clone()).await.starts_with("431["),
+        "the subscribe ack"
+    );
+    s.ctx
+        .hub
+        .publish(HubMessage::new("big.y", "1"))
+        .await
+        .unwrap();
+    assert!(get(sid.clone()).await.starts_with(r#"42["big.y",1,""#));
 }
 
 #[tokio::test]

@@ -94,6 +94,15 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
 
     let backbone = cluster.as_ref().map(|n| n.backbone.clone());
     if let Some(node) = cluster {
+        let tidegate_kafka::backbone::ClusterNode {
+            reader,
+            heartbeat,
+            writer,
+            ..
+        } = node;
+        // Not one of the listeners: it goes on while they drain, and
+        // `KafkaBackbone::flush` stops it once nothing publishes any more.
+        tokio::spawn(writer.run());
         let (token, c) = (shutdown.clone(), config.cluster.clone());
         let hub = hub.clone();
         start(&mut tasks, &readiness, "cluster", async move {
@@ -101,9 +110,8 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
                 tidegate_kafka::backbone::ensure_topic(&c).await;
             }
             tokio::join!(
-                node.reader.run(hub, token.clone().cancelled_owned()),
-                node.heartbeat.run(token.clone().cancelled_owned()),
-                node.writer.run(token.cancelled_owned()),
+                reader.run(hub, token.clone().cancelled_owned()),
+                heartbeat.run(token.cancelled_owned()),
             );
             Ok::<(), String>(())
         });

@@ -86,12 +86,17 @@ fn node(name: &str, bootstrap: &str) -> (Served, SocketAddr) {
 /// [`node`] with its own backbone topic (`topic`) and sink topic
 /// (`<topic>-out`), for tests sharing a broker.
 fn node_on(name: &str, bootstrap: &str, topic: &str) -> (Served, SocketAddr) {
+    node_with(name, bootstrap, topic, "")
+}
+
+/// [`node_on`] with more `[cluster]` keys (`extra`).
+fn node_with(name: &str, bootstrap: &str, topic: &str, extra: &str) -> (Served, SocketAddr) {
     let http = free_addr();
     let served = serve(&format!(
         "[http]\nlisten = \"{http}\"\n[wire]\nenabled = false\n[sockperf]\nenabled = false\n\
          [forward]\nenabled = false\n[s2s]\nenabled = false\n\
          [cluster]\nbackbone = \"kafka\"\nbrokers = \"{bootstrap}\"\ntopic = \"{topic}\"\n\
-         node = \"{name}\"\npartitions = 4\n\
+         node = \"{name}\"\npartitions = 4\n{extra}\n\
          [sinks.kafka]\nbrokers = \"{bootstrap}\"\ntopic = \"{topic}-out\"\nlinger_ms = 5\n\
          [[routes]]\ntopics = \"news.>\"\nsink = \"kafka\"\n"
     ));
@@ -536,4 +541,41 @@ async fn a_ws_client_that_loses_its_node_recovers_what_it_missed_on_another() {
         c.log()
     );
     assert!(sub["recovered"].as_u64().unwrap() >= 10, "{sub}");
+}
+
+#[test]
+fn what_a_stopping_node_still_holds_in_bundles_reaches_the_other_nodes() {
+    let broker = TestBroker::shared().expect("start the test broker (scripts/setup/kafka.sh)");
+    let bootstrap = broker.bootstrap();
+    // A long bundle linger: under a stream, messages wait in the bundler
+    // for up to a second, so the stop finds some there.
+    let linger = "bundle_linger_ms = 1000";
+    let (mut a, http_a) = node_with("node-a", &bootstrap, "cluster-stop-test", linger);
+    let (b, http_b) = node_with("node-b", &bootstrap, "cluster-stop-test", linger);
+    let (_sub_a, sub_b) = ready_cluster(&[(&a, http_a), (&b, http_b)]);
+    let n = 30u64;
+    for i in 0..n {
+        publish(http_a, "news.stop", &format!("{{\"i\":{i}}}"));
+    }
+    let st = std::process::Command::new("kill")
+        .args(["-TERM", &a.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = a.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "node A did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0), "{}", a.log());
+    let want: Vec<u64> = (0..n).collect();
+    assert_eq!(
+        receive_sequence(&sub_b, "news.stop", n as usize, Duration::from_secs(30)),
+        want,
+        "everything node A accepted before it stopped reaches node B, once, in order; A's log:\n{}",
+        a.log()
+    );
 }

@@ -21,8 +21,17 @@
 //! Backpressure: the pending list is bounded; a full list makes the
 //! publish wait ([`Bundler::push`]) while the writer waits on the producer's
 //! own bound, so a slow broker slows the sources down, as a full sink does.
+//!
+//! Shutdown: the writer is not cancelled with the listeners (sources may
+//! still publish while they drain); [`Bundler::close`] asks it to hand over
+//! what is pending and stop, and [`Bundler::finished`] tells when it has.
+//!
+//! Partitions: the writer asks the broker for the backbone's partition
+//! count once, at start (publishes wait until it knows), and keeps it:
+//! a topic must stay on one partition for its order, and the readers assign
+//! partitions once too — partitions added later need every node restarted.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,10 +57,6 @@ pub const ATTR_BUNDLE_PARTITION: &str = "tidegate.bundle.partition";
 /// a bundle of its own.
 pub const MAX_BUNDLE_BYTES: usize = 256 * 1024;
 
-/// How often the writer asks the broker for the backbone's partition count
-/// again (partitions added to the topic are used from then on).
-pub const PARTITIONS_REFRESH: Duration = Duration::from_secs(30);
-
 /// How long the writer waits before asking again when the broker did not
 /// say how many partitions the backbone has.
 pub const PARTITIONS_RETRY: Duration = Duration::from_secs(1);
@@ -67,6 +72,12 @@ pub struct Bundler {
     room: Notify,
     /// The backbone topic's partitions (0 until the broker said).
     partitions: AtomicUsize,
+    /// Asked to hand over what is pending and stop.
+    closing: AtomicBool,
+    /// The writer stopped.
+    finished: AtomicBool,
+    /// Wakes [`Bundler::finished`].
+    done: Notify,
 }
 
 impl Bundler {
@@ -79,7 +90,34 @@ impl Bundler {
             work: Notify::new(),
             room: Notify::new(),
             partitions: AtomicUsize::new(0),
+            closing: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
+            done: Notify::new(),
         }
+    }
+
+    /// Asks the writer to hand over what is pending (and what is pushed
+    /// until then) and stop.
+    pub fn close(&self) {
+        self.closing.store(true, Ordering::Release);
+        self.work.notify_one();
+    }
+
+    /// Resolves once the writer has stopped.
+    pub async fn finished(&self) {
+        loop {
+            let done = self.done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            if self.finished.load(Ordering::Acquire) {
+                return;
+            }
+            done.await;
+        }
+    }
+
+    fn closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
     }
 
     /// Takes `msg` if there is room; hands it back otherwise.
@@ -127,14 +165,18 @@ impl Bundler {
         taken
     }
 
-    /// Resolves once something is pending.
-    async fn wait_for_work(&self) {
+    /// Resolves true once something is pending, false once closing with
+    /// nothing pending.
+    async fn wait_for_work(&self) -> bool {
         loop {
             let work = self.work.notified();
             tokio::pin!(work);
             work.as_mut().enable();
             if !self.pending.lock().is_empty() {
-                return;
+                return true;
+            }
+            if self.closing() {
+                return false;
             }
             work.await;
         }
@@ -206,57 +248,57 @@ pub struct BundleWriter {
 }
 
 impl BundleWriter {
-    /// Hands bundles to the producer until `shutdown` (what is pending then
-    /// is handed over by [`super::KafkaBackbone::flush`]).
-    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
-        tokio::pin!(shutdown);
-        tokio::select! {
-            _ = &mut shutdown => {}
-            _ = self.watch_partitions() => {}
-            _ = self.write() => {}
-        }
-    }
-
-    async fn write(&self) {
+    /// Hands bundles to the producer until [`Bundler::close`], then what
+    /// is still pending, then stops. Not tied to the listeners' shutdown:
+    /// run it on its own task.
+    pub async fn run(self) {
+        self.learn_partitions().await;
         let linger = Duration::from_millis(self.config.bundle_linger_ms.into());
         let mut last = Instant::now() - linger;
-        loop {
-            self.bundler.wait_for_work().await;
-            while self.bundler.partitions() == 0 {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            // Busy (handed over less than a linger ago): let the bundle fill.
+        while self.bundler.wait_for_work().await {
+            // Busy (handed over less than a linger ago): let the bundle
+            // fill — unless closing.
             let due = last + linger;
-            if Instant::now() < due {
+            if Instant::now() < due && !self.bundler.closing() {
                 tokio::time::sleep_until(due).await;
             }
             let msgs = self.bundler.take();
             last = Instant::now();
             hand_over(&self.sink, &self.metrics, msgs, self.bundler.partitions()).await;
         }
+        self.bundler.finished.store(true, Ordering::Release);
+        self.bundler.done.notify_waiters();
     }
 
-    /// Keeps the bundler's partition count up to date.
-    async fn watch_partitions(&self) {
+    /// Asks the broker for the partition count until it answers (or, when
+    /// closing first, takes 1: every topic has a partition 0).
+    async fn learn_partitions(&self) {
         loop {
             let config = self.config.clone();
-            let found = tokio::task::spawn_blocking(move || history::partition_count(&config))
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r);
+            let ask = tokio::task::spawn_blocking(move || history::partition_count(&config));
+            let found = tokio::select! {
+                r = ask => r.map_err(|e| e.to_string()).and_then(|r| r),
+                _ = self.closed() => Ok(0),
+            };
             match found {
-                Ok(n) if n > 0 => {
-                    self.bundler.set_partitions(n);
-                    tokio::time::sleep(PARTITIONS_REFRESH).await;
-                }
-                Ok(_) => tokio::time::sleep(PARTITIONS_RETRY).await,
+                Ok(n) if n > 0 => return self.bundler.set_partitions(n),
+                _ if self.bundler.closing() => return self.bundler.set_partitions(1),
+                Ok(_) => {}
                 Err(e) => {
-                    if self.bundler.partitions() == 0 {
-                        warn!(error = %e, "cluster: backbone partition count unknown; publishes wait");
-                    }
-                    tokio::time::sleep(PARTITIONS_RETRY).await;
+                    warn!(error = %e, "cluster: backbone partition count unknown; publishes wait")
                 }
             }
+            tokio::select! {
+                _ = tokio::time::sleep(PARTITIONS_RETRY) => {}
+                _ = self.closed() => {}
+            }
+        }
+    }
+
+    /// Resolves once closing.
+    async fn closed(&self) {
+        while !self.bundler.closing() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 }
@@ -269,24 +311,13 @@ pub async fn hand_over(
     msgs: Vec<SharedMessage>,
     partitions: usize,
 ) {
-    if msgs.is_empty() {
-        return;
-    }
-    metrics.produced.inc_by(msgs.len() as u64);
     for (p, msgs) in split(msgs, partitions) {
         let b = Arc::new(bundle_message(p, &msgs));
         if let Err((b, token)) = sink.try_send(b, AckToken::detached()) {
             sink.send(b, token).await;
         }
+        metrics.produced.inc_by(msgs.len() as u64);
     }
-}
-
-/// Drains `bundler` into `sink` (shutdown: what was published last still
-/// reaches the other nodes), with the partition count known so far (1 if
-/// none).
-pub async fn drain(bundler: &Bundler, sink: &KafkaSink, metrics: &ClusterMetrics) {
-    let msgs = bundler.take();
-    hand_over(sink, metrics, msgs, bundler.partitions().max(1)).await;
 }
 
 #[cfg(test)]
@@ -369,8 +400,15 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(b.pending(), 1);
-        tokio::time::timeout(Duration::from_secs(1), b.wait_for_work())
-            .await
-            .unwrap();
+        assert!(
+            tokio::time::timeout(Duration::from_secs(1), b.wait_for_work())
+                .await
+                .unwrap()
+        );
+        // Closing: pending work still comes first, then the end.
+        b.close();
+        assert!(b.wait_for_work().await);
+        b.take();
+        assert!(!b.wait_for_work().await);
     }
 }

@@ -6,8 +6,9 @@
 //! chosen from the hub topic ([`bundle::partition_of`]), so one hub topic
 //! keeps one partition and one order. [`decode`] also reads the older
 //! one-message record (key = hub topic, value = payload, headers = node,
-//! message key, attributes), so nodes of both kinds can share a backbone
-//! during an upgrade. Either way it adds where each message sits in Kafka
+//! message key, attributes) — but a node of an earlier version cannot read
+//! bundles, so a cluster is upgraded by stopping every older node first
+//! (docs/cluster.md). Either way it adds where each message sits in Kafka
 //! ([`ATTR_PARTITION`], [`ATTR_POSITION`]: the event's position in the
 //! cluster's history, record offset and index folded into one number).
 //!

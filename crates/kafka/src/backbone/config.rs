@@ -66,9 +66,10 @@ pub struct ClusterConfig {
     /// Default [`ClusterConfig::DEFAULT_BUNDLE_LINGER_MS`].
     pub bundle_linger_ms: u32,
     /// Bounds what the backbone holds before the broker acknowledges it:
-    /// at most this many messages (16,384 at most) wait to be bundled, and
-    /// at most one record per 256 of them (16 at least) is in flight; at
-    /// the bound, publishes on cluster-wide topics wait. Default
+    /// this many messages wait to be bundled (at least 1,024, at most
+    /// 16,384), and one bundle per 256 of them (16 at least) may be in the
+    /// producer unacknowledged, each of up to 1,024 messages or ~256 KiB;
+    /// at the bound, publishes on cluster-wide topics wait. Default
     /// [`ClusterConfig::DEFAULT_QUEUE_MAX_MESSAGES`].
     pub queue_max_messages: usize,
     /// What the reader may fetch ahead, KiB per partition
@@ -102,7 +103,7 @@ impl ClusterConfig {
     pub const DEFAULT_LINGER_MS: u32 = 0;
     /// Default `bundle_linger_ms`: 2 (see [`Self::DEFAULT_LINGER_MS`]).
     pub const DEFAULT_BUNDLE_LINGER_MS: u32 = 2;
-    /// Default bound on unacknowledged backbone messages.
+    /// Default `queue_max_messages`.
     pub const DEFAULT_QUEUE_MAX_MESSAGES: usize = 100_000;
     /// Default reader prefetch per partition, 16 MiB.
     pub const DEFAULT_READ_AHEAD_KBYTES: u32 = 16_384;

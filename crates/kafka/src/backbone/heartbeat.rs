@@ -40,7 +40,8 @@ pub struct Heartbeat {
     pub lag: i64,
     /// Backbone partitions the node reads.
     pub partitions: i64,
-    /// Backbone records read since the node started.
+    /// Messages read from the backbone and fanned out since the node
+    /// started.
     pub received: u64,
     /// Messages of cluster-wide topics this node produced since it started.
     pub produced: u64,

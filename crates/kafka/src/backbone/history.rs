@@ -121,13 +121,15 @@ pub fn replay(
                 "partition {p}: offset {offset} is no longer kept (oldest {lo})"
             ));
         }
-        to_read += hi - offset;
+        // The first record may be partly received already: only the
+        // records after it are sure to hold a message each.
+        to_read += hi - offset - 1;
         open.insert(*p, (*hi, start));
         tpl.add_partition_offset(&config.topic, *p, Offset::Offset(offset))
             .map_err(|e| e.to_string())?;
     }
     // Every record holds at least one message: more records than `max`
-    // means more messages too.
+    // means more messages too (the exact bound is checked while reading).
     if to_read > max as i64 {
         return Err(format!(
             "{to_read} records to read, over the limit of {max} messages"

@@ -15,7 +15,7 @@ pub struct ClusterMetrics {
     pub produced: Counter,
     /// Backbone records read (every node's, this one's included).
     pub records_received: Counter,
-    /// Messages in them.
+    /// Messages in them fanned out to local subscribers.
     pub received: Counter,
     /// Of those, the ones this node published.
     pub received_own: Counter,
@@ -51,7 +51,7 @@ impl ClusterMetrics {
         );
         m.register(
             "cluster_produce_failed",
-            "Backbone records the broker never took (lost to subscribers)",
+            "Backbone records (bundles, each of up to 1,024 messages) the broker never took: lost to subscribers",
             producer.failed.clone(),
         );
         m.register(

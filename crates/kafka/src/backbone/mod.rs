@@ -104,7 +104,8 @@ pub struct ClusterNode {
     pub reader: BackboneReader,
     /// Writes this node's heartbeat; run it with [`HeartbeatWriter::run`].
     pub heartbeat: HeartbeatWriter,
-    /// Hands bundles to the producer; run it with [`BundleWriter::run`].
+    /// Hands bundles to the producer; run it with [`BundleWriter::run`] on
+    /// a task of its own, stopped by [`KafkaBackbone::flush`].
     pub writer: BundleWriter,
     /// The reader's counters (the producer's are on `backbone.sink()`).
     pub metrics: ClusterMetrics,
@@ -128,7 +129,6 @@ impl ClusterNode {
             bundler.clone(),
             sink.clone(),
             config.clone(),
-            metrics.clone(),
         ));
         let writer = BundleWriter {
             bundler,

@@ -156,18 +156,21 @@ impl BackboneReader {
                                         }
                                     }
                                 }
-                                let n = d.messages.len() as u64;
-                                self.metrics.received.inc_by(n);
-                                if own {
-                                    self.metrics.received_own.inc_by(n);
-                                }
                                 for m in d.messages {
                                     let delivered = m
                                         .map_err(|e| e.to_string())
                                         .and_then(|m| hub.deliver_from_backbone(m).map_err(|e| e.to_string()));
-                                    if let Err(e) = delivered {
-                                        self.metrics.invalid.inc();
-                                        debug!(error = %e, "cluster: backbone message refused");
+                                    match delivered {
+                                        Ok(()) => {
+                                            self.metrics.received.inc();
+                                            if own {
+                                                self.metrics.received_own.inc();
+                                            }
+                                        }
+                                        Err(e) => {
+                                            self.metrics.invalid.inc();
+                                            debug!(error = %e, "cluster: backbone message refused");
+                                        }
                                     }
                                 }
                             }

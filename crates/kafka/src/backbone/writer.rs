@@ -15,11 +15,11 @@ use std::time::Duration;
 use tidegate_hub::backbone::{HistoryFuture, Positions, Replay};
 use tidegate_hub::{Backbone, Pattern, SharedMessage, Sink, SinkFuture};
 
-use super::bundler::{self, Bundler};
+use super::bundler::Bundler;
 use super::config::ClusterConfig;
 use super::history;
-use super::metrics::ClusterMetrics;
 use crate::KafkaSink;
+use tracing::warn;
 
 /// Writes cluster-wide topics to the backbone.
 pub struct KafkaBackbone {
@@ -27,7 +27,6 @@ pub struct KafkaBackbone {
     bundler: Arc<Bundler>,
     sink: Arc<KafkaSink>,
     config: ClusterConfig,
-    metrics: ClusterMetrics,
 }
 
 impl std::fmt::Debug for KafkaBackbone {
@@ -47,14 +46,12 @@ impl KafkaBackbone {
         bundler: Arc<Bundler>,
         sink: Arc<KafkaSink>,
         config: ClusterConfig,
-        metrics: ClusterMetrics,
     ) -> Self {
         KafkaBackbone {
             patterns,
             bundler,
             sink,
             config,
-            metrics,
         }
     }
 
@@ -63,15 +60,21 @@ impl KafkaBackbone {
         &self.sink
     }
 
-    /// Hands what is still pending to the producer and waits, up to
-    /// `timeout`, for the broker to take everything (shutdown: what was
-    /// published last still reaches the other nodes).
+    /// Asks the writer task to hand over what is still pending and stop,
+    /// and waits, up to `timeout` for each, for it to finish and for the
+    /// broker to take everything (shutdown, once no source publishes any
+    /// more: what was published last still reaches the other nodes).
     pub async fn flush(&self, timeout: Duration) {
-        let _ = tokio::time::timeout(
-            timeout,
-            bundler::drain(&self.bundler, &self.sink, &self.metrics),
-        )
-        .await;
+        self.bundler.close();
+        if tokio::time::timeout(timeout, self.bundler.finished())
+            .await
+            .is_err()
+        {
+            warn!(
+                pending = self.bundler.pending(),
+                "cluster: the backbone writer did not hand everything over in time"
+            );
+        }
         self.sink.flush(timeout).await;
     }
 }

@@ -19,10 +19,10 @@ use super::App;
 use crate::auth::Grants;
 use crate::context::PushContext;
 use crate::delivery::{cached_ws_message, cached_ws_message_with_offset, is_binary_ws_message};
-use crate::recovery::{since, RecoveryHandle, Since, Ticket};
+use crate::recovery::{self, RecoveryHandle, Since, Ticket};
 use crate::ws::protocol::{decode, positions as parse_positions, ClientOp};
 
-/// Most backbone records one cluster recovery may read (all partitions
+/// Most backbone messages one cluster recovery may read (all partitions
 /// together, matching or not): a client further behind is refused and
 /// starts over.
 pub const MAX_CLUSTER_REPLAY: usize = 100_000;
@@ -131,7 +131,7 @@ impl JsonSession {
             Some(_) => return Err("the session belongs to another subject"),
             None => return Err("unknown or expired session"),
         };
-        let Ok((missed, live_from)) = old.since.replay(history, offset) else {
+        let Ok((missed, live_from)) = recovery::replay(history, offset, &old.since) else {
             return Err("the history no longer holds what the session missed");
         };
         let grants = self.grants.clone();
@@ -171,7 +171,7 @@ impl JsonSession {
                     .into_iter()
                     .partition(|p| self.grants.may_subscribe(p));
                 // Live first, so nothing published during a replay is missed.
-                let started = since::now(ctx.history.as_ref());
+                let started = recovery::now(ctx.history.as_ref());
                 let mut o =
                     subscriptions::subscribe(&mut self.sub, &allowed, self.max_subscriptions);
                 o.refused.extend(refused.into_iter().map(|pattern| Refused {

@@ -28,7 +28,7 @@ use crate::delivery::{
     cached_base64, cached_socketio_event, cached_socketio_event_with_offset, is_binary_event,
 };
 use crate::engineio::handshake::{new_sid, Transport};
-use crate::recovery::{since, RecoveryHandle, Since, Ticket};
+use crate::recovery::{self, RecoveryHandle, Since, Ticket};
 use crate::session::{EngineSession, Outgoing};
 use crate::socketio::binary::{placeholder_num, BinaryAssembler};
 use crate::socketio::{SioPacket, SioType};
@@ -270,7 +270,7 @@ impl SocketIoApp {
                 .nsps
                 .get(nsp)
                 .filter(|n| !n.connected && n.grants.subject() == grants.subject())?;
-            n.since.replay(history, offset).ok()
+            recovery::replay(history, offset, &n.since).ok()
         };
         if self.recovery.as_ref().is_some_and(|t| t.pid() == pid) {
             // Another namespace of a session this one already took over.
@@ -368,7 +368,7 @@ impl SocketIoApp {
         let (allowed, refused): (Vec<String>, Vec<String>) = pattern_list(args)
             .into_iter()
             .partition(|p| sock.grants.may_subscribe(p));
-        let from = since::now(ctx.history.as_ref());
+        let from = recovery::now(ctx.history.as_ref());
         let mut o = subscriptions::subscribe(&mut self.sub, &allowed, ctx.config.max_subscriptions);
         o.refused.extend(refused.into_iter().map(|pattern| Refused {
             pattern,

@@ -19,11 +19,9 @@
 //!
 //! Here: the registry of recoverable sessions by id ([`RecoveryRegistry`]),
 //! the handle through which a live or parked session is asked to hand its
-//! state over, the parked task ([`park`]) and the subscriptions' starts
-//! ([`since`]).
+//! state over, the parked task ([`park`]), and the replay bound.
 
 pub mod park;
-pub mod since;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -38,7 +36,32 @@ use tokio::sync::{oneshot, Notify};
 use crate::app::App;
 use crate::engineio::handshake::new_sid;
 
-pub use since::Since;
+pub use tidegate_hub::history::Since;
+use tidegate_hub::{History, NotKept, SharedMessage};
+
+use crate::session::engine::OUTBOX_HARD_LIMIT;
+
+/// Most messages one recovery replays; past it the client is answered "not
+/// recovered". The replay goes into the session's outbox at once, behind
+/// the CONNECT answer, and must fit under [`OUTBOX_HARD_LIMIT`] (a binary
+/// event takes two packets), or the session would close itself.
+pub const MAX_REPLAY: usize = OUTBOX_HARD_LIMIT / 2 - 64;
+
+/// The history's next sequence, for a subscription made now (0 without a
+/// history).
+pub fn now(history: Option<&Arc<History>>) -> u64 {
+    history.map_or(0, |h| h.next_seq())
+}
+
+/// The messages after `offset` that `since` wanted, in order, and the
+/// sequence live delivery goes on from.
+pub fn replay(
+    history: &History,
+    offset: u64,
+    since: &Since,
+) -> Result<(Vec<SharedMessage>, u64), NotKept> {
+    history.replay(offset, MAX_REPLAY, since)
+}
 
 /// How long a reconnecting client waits for the old session to hand its
 /// state over (it is answered within one wake-up of that session's task).

@@ -25,7 +25,7 @@ pub enum ClientOp {
         positions: bool,
         /// Cluster mode, on any node: first replay, from the cluster's
         /// history, every message matching `patterns` after these
-        /// positions (`{"partition": next offset}`, as the last `pos` of
+        /// positions (`{"partition": next position}`, as the last `pos` of
         /// each partition plus one, or the `positions` of the
         /// subscription).
         /// (JSON object keys are strings: see [`positions`].)

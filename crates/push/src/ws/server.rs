@@ -114,8 +114,6 @@ async fn serve(
     let timeout = Duration::from_millis(ctx.config.ping_timeout_ms);
     let mut next_ping = Instant::now() + interval;
     let mut pong_due: Option<Instant> = None;
-    // The newest offset written before the outstanding ping: its pong
-    // shows the client got everything up to it (recovery on).
     let mut flush = FlushTimer::new(
         ctx.config.write_delay(),
         ctx.config.busy_write_delay(),
