@@ -108,10 +108,35 @@ impl Since {
         }
     }
 
-    /// `pattern` was unsubscribed.
-    pub fn remove(&mut self, pattern: &str) {
-        self.exact.remove(pattern);
+    /// `pattern` was unsubscribed; false if it was not held.
+    pub fn remove(&mut self, pattern: &str) -> bool {
+        let before = self.wildcards.len();
         self.wildcards.retain(|(q, _)| q.as_str() != pattern);
+        self.exact.remove(pattern).is_some() || self.wildcards.len() < before
+    }
+
+    /// Whether `pattern` is held.
+    pub fn contains(&self, pattern: &str) -> bool {
+        self.exact.contains_key(pattern)
+            || self.wildcards.iter().any(|(q, _)| q.as_str() == pattern)
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.wildcards.is_empty()
+    }
+
+    /// The patterns held.
+    pub fn patterns(&self) -> impl Iterator<Item = &str> {
+        self.exact
+            .keys()
+            .map(String::as_str)
+            .chain(self.wildcards.iter().map(|(p, _)| p.as_str()))
+    }
+
+    /// Whether a held pattern matches `topic`.
+    pub fn matches(&self, topic: &str) -> bool {
+        self.exact.contains_key(topic) || self.wildcards.iter().any(|(p, _)| p.matches(topic))
     }
 
     /// The sequence from which messages on `topic` are wanted (the earliest
@@ -548,10 +573,14 @@ mod tests {
         assert_eq!(s.wanted("news.a"), Some(5));
         assert_eq!(s.wanted("news.b"), Some(9));
         assert_eq!(s.wanted("sport.a"), None);
-        s.remove("news.a");
+        assert!(s.contains("news.*") && s.matches("news.b") && !s.matches("sport.a"));
+        assert!(s.remove("news.a"));
+        assert!(!s.remove("news.a"));
         assert_eq!(s.wanted("news.a"), Some(9));
-        s.remove("news.*");
+        assert_eq!(s.patterns().collect::<Vec<_>>(), ["news.*"]);
+        assert!(s.remove("news.*"));
         assert_eq!(s.wanted("news.b"), None);
+        assert!(s.is_empty());
         s.add("bad..pattern", 1);
         assert_eq!(s.wanted("bad..pattern"), None);
     }

@@ -188,11 +188,6 @@ impl Hub {
             .clone()
     }
 
-    /// The history, when one is kept.
-    pub fn history(&self) -> Option<&Arc<History>> {
-        self.inner.history.get()
-    }
-
     /// The cluster backbone, when one is installed.
     pub fn backbone(&self) -> Option<&Arc<dyn Backbone>> {
         self.inner.backbone.get()

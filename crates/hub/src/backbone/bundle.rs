@@ -178,7 +178,10 @@ pub fn decode(value: &Bytes) -> Result<Vec<Result<Message, RefusedMessage>>, Bun
     Ok(out)
 }
 
-fn check_topic(raw: &[u8]) -> Result<String, RefusedMessage> {
+/// `raw` as a topic a backbone message may carry: UTF-8, publishable, not
+/// local-only (`$sys.`); why not otherwise. Every backbone record's topic
+/// goes through it, bundled or not.
+pub fn check_topic(raw: &[u8]) -> Result<String, RefusedMessage> {
     let topic =
         std::str::from_utf8(raw).map_err(|_| RefusedMessage("topic is not UTF-8".to_owned()))?;
     if is_system_topic(topic) {

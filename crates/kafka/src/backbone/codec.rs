@@ -20,7 +20,6 @@ use bytes::Bytes;
 use thiserror::Error;
 use tidegate_hub::backbone::bundle::{self, BundleError};
 use tidegate_hub::message::now_ns;
-use tidegate_hub::topic::{is_system_topic, validate_topic};
 use tidegate_hub::Message;
 
 pub use tidegate_hub::backbone::{ATTR_PARTITION, ATTR_POSITION};
@@ -127,12 +126,7 @@ where
         return Ok(Decoded { messages, node });
     }
     let key = parts.key.ok_or(DecodeError::NoTopic)?;
-    let topic =
-        std::str::from_utf8(key).map_err(|_| DecodeError::BadTopic("not UTF-8".to_owned()))?;
-    if is_system_topic(topic) {
-        return Err(DecodeError::BadTopic(format!("{topic:?} is local-only")));
-    }
-    validate_topic(topic).map_err(|e| DecodeError::BadTopic(e.to_string()))?;
+    let topic = bundle::check_topic(key).map_err(|e| DecodeError::BadTopic(e.0))?;
     attributes.push((ATTR_PARTITION.to_owned(), partition));
     attributes.push((ATTR_POSITION.to_owned(), at(0)));
     let timestamp_ns = match parts.timestamp_ms {
@@ -141,7 +135,7 @@ where
     };
     Ok(Decoded {
         messages: vec![Ok(Message {
-            topic: topic.to_owned(),
+            topic,
             key: message_key,
             timestamp_ns,
             attributes,

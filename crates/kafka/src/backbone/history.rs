@@ -43,18 +43,23 @@ fn consumer(config: &ClusterConfig) -> Result<BaseConsumer, String> {
         .map_err(|e| format!("backbone reader: {e}"))
 }
 
-/// (low, high) watermarks of every partition of the backbone.
-fn watermarks(c: &BaseConsumer, config: &ClusterConfig) -> Result<Vec<(i32, i64, i64)>, String> {
+/// The ids of the backbone's partitions (none while the topic has none).
+fn partition_ids(c: &BaseConsumer, config: &ClusterConfig) -> Result<Vec<i32>, String> {
     let md = c
         .fetch_metadata(Some(&config.topic), REQUEST_TIMEOUT)
         .map_err(|e| format!("backbone metadata: {e}"))?;
-    let ids: Vec<i32> = md
+    Ok(md
         .topics()
         .iter()
         .filter(|t| t.name() == config.topic && t.error().is_none())
         .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
-    ids.into_iter()
+        .collect())
+}
+
+/// (low, high) watermarks of every partition of the backbone.
+fn watermarks(c: &BaseConsumer, config: &ClusterConfig) -> Result<Vec<(i32, i64, i64)>, String> {
+    partition_ids(c, config)?
+        .into_iter()
         .map(|p| {
             c.fetch_watermarks(&config.topic, p, REQUEST_TIMEOUT)
                 .map(|(lo, hi)| (p, lo, hi))
@@ -79,16 +84,7 @@ pub fn positions(config: &ClusterConfig) -> Result<Positions, String> {
 
 /// How many partitions the backbone topic has (0 while it has none).
 pub fn partition_count(config: &ClusterConfig) -> Result<usize, String> {
-    let c = consumer(config)?;
-    let md = c
-        .fetch_metadata(Some(&config.topic), REQUEST_TIMEOUT)
-        .map_err(|e| format!("backbone metadata: {e}"))?;
-    Ok(md
-        .topics()
-        .iter()
-        .filter(|t| t.name() == config.topic && t.error().is_none())
-        .map(|t| t.partitions().len())
-        .sum())
+    Ok(partition_ids(&consumer(config)?, config)?.len())
 }
 
 /// The messages of `from`'s partitions from their position to their end

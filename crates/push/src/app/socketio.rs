@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::{json, Value};
-use tidegate_hub::{Message, Pattern, SharedMessage, Subscriber};
+use tidegate_hub::{Message, SharedMessage, Subscriber};
 
 use super::subscriptions::{self, Outcome, Refused};
 use super::App;
@@ -43,9 +43,9 @@ struct NspSocket {
     name: Arc<str>,
     /// The socket id given in the CONNECT answer (kept across a recovery).
     sid: String,
-    patterns: HashMap<String, Pattern>,
-    /// With recovery on: the history sequence each subscription started at.
-    since: Since,
+    /// Its subscriptions, each with the history sequence it started at (0
+    /// with recovery off).
+    subscriptions: Since,
     /// After a recovery: messages before this sequence were replayed (or
     /// sent before), so the live queue skips them.
     live_from: u64,
@@ -223,8 +223,7 @@ impl SocketIoApp {
             None => self.nsps.entry(p.nsp.clone()).or_insert_with(|| NspSocket {
                 name: Arc::from(p.nsp.as_str()),
                 sid: new_sid(),
-                patterns: HashMap::new(),
-                since: Since::default(),
+                subscriptions: Since::default(),
                 live_from: 0,
                 grants: grants.clone(),
                 connected: true,
@@ -270,7 +269,7 @@ impl SocketIoApp {
                 .nsps
                 .get(nsp)
                 .filter(|n| !n.connected && n.grants.subject() == grants.subject())?;
-            recovery::replay(history, offset, &n.since).ok()
+            recovery::replay(history, offset, &n.subscriptions).ok()
         };
         if self.recovery.as_ref().is_some_and(|t| t.pid() == pid) {
             // Another namespace of a session this one already took over.
@@ -296,8 +295,8 @@ impl SocketIoApp {
         let Some(gone) = self.nsps.remove(nsp) else {
             return;
         };
-        for p in gone.patterns.keys() {
-            if !self.nsps.values().any(|n| n.patterns.contains_key(p)) {
+        for p in gone.subscriptions.patterns() {
+            if !self.nsps.values().any(|n| n.subscriptions.contains(p)) {
                 self.sub.unsubscribe(p);
             }
         }
@@ -375,10 +374,7 @@ impl SocketIoApp {
             reason: "not allowed by the token".into(),
         }));
         for p in &o.accepted {
-            if let Ok(parsed) = Pattern::parse(p) {
-                sock.patterns.insert(p.clone(), parsed);
-                sock.since.add(p, from);
-            }
+            sock.subscriptions.add(p, from);
         }
         outcome_json(&o)
     }
@@ -387,10 +383,10 @@ impl SocketIoApp {
         let patterns = pattern_list(args);
         let mut o = Outcome::default();
         for p in patterns {
-            let held = self.nsps.get_mut(nsp).is_some_and(|n| {
-                n.since.remove(&p);
-                n.patterns.remove(&p).is_some()
-            });
+            let held = self
+                .nsps
+                .get_mut(nsp)
+                .is_some_and(|n| n.subscriptions.remove(&p));
             if !held {
                 o.refused.push(Refused {
                     pattern: p,
@@ -398,7 +394,7 @@ impl SocketIoApp {
                 });
                 continue;
             }
-            if !self.nsps.values().any(|n| n.patterns.contains_key(&p)) {
+            if !self.nsps.values().any(|n| n.subscriptions.contains(&p)) {
                 self.sub.unsubscribe(&p);
             }
             o.accepted.push(p);
@@ -416,7 +412,7 @@ impl SocketIoApp {
         transport: Transport,
         out: &mut Vec<Outgoing>,
     ) {
-        let mut with_patterns = self.nsps.values().filter(|n| !n.patterns.is_empty());
+        let mut with_patterns = self.nsps.values().filter(|n| !n.subscriptions.is_empty());
         let only = match (with_patterns.next(), with_patterns.next()) {
             (Some(n), None) => Some(n),
             _ => None,
@@ -434,7 +430,7 @@ impl SocketIoApp {
                 Some(n) => one(m, n, out),
                 None => {
                     for n in self.nsps.values() {
-                        if n.patterns.values().any(|p| p.matches(&m.topic)) {
+                        if n.subscriptions.matches(&m.topic) {
                             one(m, n, out);
                         }
                     }
