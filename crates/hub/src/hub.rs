@@ -7,7 +7,7 @@ use arc_swap::ArcSwap;
 use thiserror::Error;
 
 use crate::ack::{AckGroup, AckToken};
-use crate::backbone::Backbone;
+use crate::backbone::{Backbone, SESSIONS_TOPIC};
 use crate::budget::InflightBudget;
 use crate::bus::TopicBus;
 use crate::history::{History, HistoryLimits};
@@ -46,7 +46,25 @@ pub(crate) struct HubInner {
     backbone: std::sync::OnceLock<Arc<dyn Backbone>>,
     /// Recovery: the recent messages per topic, and the order of fan-out.
     history: std::sync::OnceLock<Arc<History>>,
+    /// Cluster mode: who is told what is read on the backbone's
+    /// [`SESSIONS_TOPIC`] (the push server's registry of sessions other
+    /// nodes may recover).
+    cluster_sessions: std::sync::OnceLock<SessionsSlot>,
 }
+
+/// The installed [`ClusterSessionsHandler`] (a closure has no `Debug`).
+struct SessionsSlot(ClusterSessionsHandler);
+
+impl std::fmt::Debug for SessionsSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterSessionsHandler")
+    }
+}
+
+/// What [`Hub::on_cluster_sessions`] installs: called with every message
+/// read on the backbone's [`SESSIONS_TOPIC`], on the reader's task (so it
+/// must not block).
+pub type ClusterSessionsHandler = Arc<dyn Fn(&Message) + Send + Sync>;
 
 impl HubInner {
     /// Now, in microseconds since the hub's epoch, wrapping (see
@@ -95,6 +113,7 @@ impl Hub {
                 epoch: std::time::Instant::now(),
                 backbone: std::sync::OnceLock::new(),
                 history: std::sync::OnceLock::new(),
+                cluster_sessions: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -188,6 +207,19 @@ impl Hub {
             .clone()
     }
 
+    /// Installs the handler of what the backbone's [`SESSIONS_TOPIC`]
+    /// carries (once; a second call hands it back).
+    #[allow(clippy::result_large_err)]
+    pub fn on_cluster_sessions(
+        &self,
+        handler: ClusterSessionsHandler,
+    ) -> Result<(), ClusterSessionsHandler> {
+        self.inner
+            .cluster_sessions
+            .set(SessionsSlot(handler))
+            .map_err(|SessionsSlot(h)| h)
+    }
+
     /// The cluster backbone, when one is installed.
     pub fn backbone(&self) -> Option<&Arc<dyn Backbone>> {
         self.inner.backbone.get()
@@ -197,7 +229,17 @@ impl Hub {
     /// node's subscribers. Not a publish: never routed to sinks (the node
     /// that published it did that) and not counted as published. Refuses
     /// what a publish would refuse.
+    ///
+    /// A message on [`SESSIONS_TOPIC`] goes to the handler installed with
+    /// [`Hub::on_cluster_sessions`] (dropped without one), not to
+    /// subscribers.
     pub fn deliver_from_backbone(&self, msg: Message) -> Result<(), PublishError> {
+        if msg.topic == SESSIONS_TOPIC {
+            if let Some(SessionsSlot(handler)) = self.inner.cluster_sessions.get() {
+                handler(&msg);
+            }
+            return Ok(());
+        }
         self.check_topic(&msg.topic)?;
         self.fan_out(&Arc::new(msg));
         Ok(())

@@ -32,7 +32,7 @@ pub use budget::{BodyBytes, BudgetPermit, InflightBudget, UpgradedBytes};
 pub use config::{OverflowPolicy, RouteConfig};
 pub use encoded::{EncodedForm, EncodedForms};
 pub use history::{History, HistoryLimits, NotKept};
-pub use hub::{Hub, PublishError};
+pub use hub::{ClusterSessionsHandler, Hub, PublishError};
 pub use latency::{LatencyHistogram, LatencySnapshot};
 pub use message::{Attributes, Message, SharedMessage};
 pub use metrics::{ConnectionGuard, HubMetrics, ListenerMetrics};

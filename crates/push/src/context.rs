@@ -6,6 +6,7 @@ use tidegate_hub::{History, Hub};
 
 use crate::auth::{Grants, JwtError, JwtVerifier};
 use crate::config::PushConfig;
+use crate::recovery::cluster::{ClusterSessions, Update};
 use crate::recovery::RecoveryRegistry;
 use crate::session::load::LoadProbe;
 use crate::session::SessionRegistry;
@@ -26,6 +27,9 @@ pub struct PushContext {
     pub recovery: Arc<RecoveryRegistry>,
     /// The hub's history recovering clients replay from (recovery on).
     pub history: Option<Arc<History>>,
+    /// Recoverable sessions of the whole cluster (recovery on; filled only
+    /// in cluster mode), for recovering a session another node served.
+    pub cluster_sessions: Option<Arc<ClusterSessions>>,
     /// Sessions by transport and messages out, for `$sys.stats`.
     pub stats: PushStats,
     /// Whether the server is loaded (`busy_write_delay_ms` holds writes
@@ -45,6 +49,19 @@ impl PushContext {
         let history = config
             .recovery()
             .then(|| hub.enable_history(config.history_limits()));
+        let cluster_sessions = config.recovery().then(|| {
+            let sessions = Arc::new(ClusterSessions::default());
+            let handler = sessions.clone();
+            // One push server per hub: a second context (tests) keeps the
+            // first's handler.
+            let _ = hub.on_cluster_sessions(Arc::new(move |m| handler.handle(m)));
+            hub.metrics().register(
+                "push_cluster_sessions",
+                "Recoverable session namespaces the cluster's nodes announced (cluster mode)",
+                sessions.known.clone(),
+            );
+            sessions
+        });
         let load = LoadProbe::new();
         if config.busy_write_delay_ms > 0 {
             load.register_metrics(hub.metrics());
@@ -59,7 +76,31 @@ impl PushContext {
             jwt,
             recovery,
             history,
+            cluster_sessions,
         })
+    }
+
+    /// Whether events carry cluster offsets and sessions are announced to
+    /// the other nodes: recovery on, in cluster mode.
+    pub fn cluster_recovery(&self) -> bool {
+        self.cluster_sessions.is_some() && self.hub.backbone().is_some()
+    }
+
+    /// Tells every node (this one too) about a change to a recoverable
+    /// session, waiting while the backbone is full.
+    pub async fn announce(&self, update: Update) {
+        if let (true, Some(b)) = (self.cluster_recovery(), self.hub.backbone()) {
+            b.send(Arc::new(update.to_message())).await;
+        }
+    }
+
+    /// [`PushContext::announce`] without waiting: dropped when the backbone
+    /// is full (for a session that ends; the registry's bound forgets it
+    /// in time).
+    pub fn announce_now(&self, update: Update) {
+        if let (true, Some(b)) = (self.cluster_recovery(), self.hub.backbone()) {
+            let _ = b.try_send(Arc::new(update.to_message()));
+        }
     }
 
     /// What a connection presenting `token` may do (everything when auth

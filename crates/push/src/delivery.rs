@@ -104,6 +104,13 @@ pub fn socketio_event_with_offset(event: &[u8], offset: u64) -> Bytes {
     append_before_last(event, format_args!(",\"{offset}\""))
 }
 
+/// [`socketio_event_with_offset`] with a cluster offset (`seq;p:pos,…`,
+/// digits and `;:,` only, so nothing to escape): made per session, the
+/// positions being the session's own.
+pub fn socketio_event_with_offset_text(event: &[u8], offset: &str) -> Bytes {
+    append_before_last(event, format_args!(",\"{offset}\""))
+}
+
 /// A `/ws` JSON message (`{…}`) with `"offset":N` added.
 pub fn ws_message_with_offset(message: &[u8], offset: u64) -> Bytes {
     append_before_last(message, format_args!(",\"offset\":{offset}"))

@@ -579,3 +579,194 @@ fn what_a_stopping_node_still_holds_in_bundles_reaches_the_other_nodes() {
         a.log()
     );
 }
+
+/// A load balancer without sticky sessions, as a test sees one: every new
+/// connection goes to the node it points at now.
+struct Balancer {
+    addr: SocketAddr,
+    target: std::sync::Arc<std::sync::Mutex<SocketAddr>>,
+}
+
+impl Balancer {
+    fn to(target: SocketAddr) -> Balancer {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let target = std::sync::Arc::new(std::sync::Mutex::new(target));
+        let now = target.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().map_while(Result::ok) {
+                let to = *now.lock().unwrap();
+                std::thread::spawn(move || {
+                    let Ok(node) = std::net::TcpStream::connect(to) else {
+                        return;
+                    };
+                    let (mut c2, mut n2) = (client.try_clone().unwrap(), node.try_clone().unwrap());
+                    let (mut client, mut node) = (client, node);
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut c2, &mut n2);
+                        let _ = n2.shutdown(std::net::Shutdown::Both);
+                    });
+                    let _ = std::io::copy(&mut node, &mut client);
+                    let _ = client.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        });
+        Balancer { addr, target }
+    }
+
+    fn point_at(&self, node: SocketAddr) {
+        *self.target.lock().unwrap() = node;
+    }
+}
+
+#[test]
+fn a_socketio_client_that_loses_its_node_recovers_what_it_missed_on_another() {
+    let broker = TestBroker::shared().expect("start the test broker (scripts/setup/kafka.sh)");
+    let bootstrap = broker.bootstrap();
+    let topic = "cluster-sio-recovery";
+    let push = "[push]\nrecovery_window_ms = 60000\n";
+    let (a, http_a) = node_with("sio-a", &bootstrap, topic, push);
+    let (mut b, http_b) = node_with("sio-b", &bootstrap, topic, push);
+    let (c, http_c) = node_with("sio-c", &bootstrap, topic, push);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (n, http) in [(&a, http_a), (&b, http_b), (&c, http_c)] {
+        while metric(http, "tidegate_cluster_partitions") < 4.0 {
+            assert!(
+                Instant::now() < deadline,
+                "no backbone reader; log:\n{}",
+                n.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    // A stock socket.io-client, behind the balancer, served by node B.
+    let balancer = Balancer::to(http_b);
+    assert!(
+        push_js().join("node_modules/socket.io-client").is_dir(),
+        "npm peers missing: run bash scripts/setup/push.sh"
+    );
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/js/cluster_recovering_subscriber.js");
+    let mut child = Command::new("node")
+        .arg(script)
+        .arg(format!("http://{}", balancer.addr))
+        .arg("news.>")
+        .env("NODE_PATH", push_js().join("node_modules"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("node (scripts/setup/push.sh)");
+    let (tx, lines) = mpsc::channel::<String>();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let _stdin = child.stdin.take().unwrap();
+    let client = Subscriber {
+        child,
+        _stdin,
+        lines: mpsc::channel().1,
+    };
+    let mut got: Vec<serde_json::Value> = Vec::new();
+    let read = |wait: Duration, got: &mut Vec<serde_json::Value>| {
+        let deadline = Instant::now() + wait;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match lines.recv_timeout(left) {
+                Ok(l) if l == "READY" => got.push(serde_json::json!({"ready": true})),
+                Ok(l) => {
+                    let v: serde_json::Value =
+                        serde_json::from_str(&l).unwrap_or_else(|_| panic!("not JSON: {l}"));
+                    assert!(v.get("error").is_none(), "subscriber failed: {v}");
+                    got.push(v);
+                }
+                Err(_) => break,
+            }
+        }
+    };
+    let seq = |got: &[serde_json::Value]| -> Vec<u64> {
+        got.iter()
+            .filter(|v| v["event"] == "news.r")
+            .map(|v| v["payload"]["i"].as_u64().unwrap())
+            .collect()
+    };
+    read(Duration::from_secs(20), &mut got);
+    assert!(
+        got.iter().any(|v| v["ready"] == true),
+        "the client did not subscribe: {got:?}; log:\n{}",
+        b.log()
+    );
+    // Node B reads from where the backbone ended when it started.
+    for attempt in 0.. {
+        assert!(attempt < 60, "no warm-up reached node B; log:\n{}", b.log());
+        publish(http_a, "news.warm", "{\"i\":0}");
+        read(Duration::from_millis(300), &mut got);
+        if got.iter().any(|v| v["event"] == "news.warm") {
+            break;
+        }
+    }
+    for i in 0..10 {
+        publish(http_a, "news.r", &format!("{{\"i\":{i}}}"));
+    }
+    while seq(&got).len() < 10 {
+        let before = got.len();
+        read(Duration::from_secs(10), &mut got);
+        assert!(got.len() > before, "node B delivered {:?}", seq(&got));
+    }
+    assert_eq!(seq(&got), (0..10).collect::<Vec<_>>());
+    let offset = got.iter().rev().find(|v| v["event"] == "news.r").unwrap()["offset"].clone();
+    assert!(
+        offset.as_str().is_some_and(|o| o.contains(';')),
+        "cluster offsets carry the backbone positions: {offset}"
+    );
+
+    // Node B dies; what is published meanwhile is missed. Then the
+    // balancer sends the client's reconnect to node C.
+    b.child.kill().unwrap();
+    b.child.wait().unwrap();
+    for i in 10..20 {
+        publish(http_a, "news.r", &format!("{{\"i\":{i}}}"));
+    }
+    let before_reconnect = got.len();
+    balancer.point_at(http_c);
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while !got[before_reconnect..].iter().any(|v| v["connect"] == true) {
+        assert!(
+            Instant::now() < deadline,
+            "the client did not reconnect: {:?}; log of C:\n{}",
+            &got[before_reconnect..],
+            c.log()
+        );
+        read(Duration::from_millis(500), &mut got);
+    }
+    let connect = got[before_reconnect..]
+        .iter()
+        .find(|v| v["connect"] == true)
+        .unwrap()
+        .clone();
+    assert_eq!(
+        connect["recovered"],
+        true,
+        "the session is recovered on node C; log of C:\n{}",
+        c.log()
+    );
+    for i in 20..25 {
+        publish(http_a, "news.r", &format!("{{\"i\":{i}}}"));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while seq(&got).len() < 25 && Instant::now() < deadline {
+        read(Duration::from_millis(300), &mut got);
+    }
+    // Anything more would be a duplicate.
+    read(Duration::from_secs(1), &mut got);
+    assert_eq!(
+        seq(&got),
+        (0..25).collect::<Vec<_>>(),
+        "missed messages replayed from the backbone, then live ones, each once, in order; log of C:\n{}",
+        c.log()
+    );
+    assert_eq!(metric(http_c, "tidegate_push_recovered_total"), 1.0);
+    drop(client);
+}

@@ -179,12 +179,13 @@ pub fn decode(value: &Bytes) -> Result<Vec<Result<Message, RefusedMessage>>, Bun
 }
 
 /// `raw` as a topic a backbone message may carry: UTF-8, publishable, not
-/// local-only (`$sys.`); why not otherwise. Every backbone record's topic
-/// goes through it, bundled or not.
+/// local-only (`$sys.`, except the nodes' own [`super::SESSIONS_TOPIC`]);
+/// why not otherwise. Every backbone record's topic goes through it,
+/// bundled or not.
 pub fn check_topic(raw: &[u8]) -> Result<String, RefusedMessage> {
     let topic =
         std::str::from_utf8(raw).map_err(|_| RefusedMessage("topic is not UTF-8".to_owned()))?;
-    if is_system_topic(topic) {
+    if is_system_topic(topic) && topic != super::SESSIONS_TOPIC {
         return Err(RefusedMessage(format!("{topic:?} is local-only")));
     }
     validate_topic(topic).map_err(|e| RefusedMessage(e.to_string()))?;

@@ -44,6 +44,14 @@ pub const ATTR_POSITION: &str = "cluster.position";
 /// position ([`bundle::position`]) it has not received.
 pub type Positions = BTreeMap<i32, i64>;
 
+/// The backbone topic the nodes tell each other about recoverable push
+/// sessions on (what a session subscribed to, so another node can recover
+/// it). Under `$sys.`, so no client may publish on it and no leading
+/// wildcard matches it; a node hands what it reads there to the handler
+/// installed with [`crate::Hub::on_cluster_sessions`], never to
+/// subscribers.
+pub const SESSIONS_TOPIC: &str = "$sys.cluster.sessions";
+
 /// What a [`Backbone::replay`] found.
 #[derive(Debug, Clone, Default)]
 pub struct Replay {
@@ -80,6 +88,11 @@ pub trait Backbone: Send + Sync + std::fmt::Debug + 'static {
 
     /// The end of every partition now: where a new subscriber starts.
     fn positions(&self) -> HistoryFuture<'_, Positions>;
+
+    /// How far this node has delivered each partition: the next position
+    /// it will fan out (a subscription made now receives nothing before
+    /// it). Known without asking the broker; empty until the node reads.
+    fn delivered(&self) -> Positions;
 
     /// The messages matching `patterns` from `from` to the end of every
     /// partition now (a partition not in `from` is not replayed), at most

@@ -18,7 +18,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message as _;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tidegate_hub::backbone::bundle;
-use tidegate_hub::backbone::{Positions, Replay};
+use tidegate_hub::backbone::{Positions, Replay, SESSIONS_TOPIC};
 use tidegate_hub::Pattern;
 
 use super::config::ClusterConfig;
@@ -169,7 +169,8 @@ pub fn replay(
                 return Err(format!("over the limit of {max} messages to read"));
             }
             if let Ok(m) = m {
-                if patterns.iter().any(|pat| pat.matches(&m.topic)) {
+                // The nodes' own session announcements are for no client.
+                if m.topic != SESSIONS_TOPIC && patterns.iter().any(|pat| pat.matches(&m.topic)) {
                     messages.push(m);
                 }
             }

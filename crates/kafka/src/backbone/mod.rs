@@ -52,7 +52,7 @@ pub use heartbeat::{Heartbeat, HeartbeatWriter};
 pub use metrics::ClusterMetrics;
 pub use reader::BackboneReader;
 pub use status::{status, ClusterStatus};
-pub use writer::KafkaBackbone;
+pub use writer::{DeliveredPositions, KafkaBackbone};
 
 /// Decodes a record read from the backbone topic (the live reader and the
 /// replay read the same records). Kept here, not in [`codec`], so that the
@@ -124,11 +124,13 @@ impl ClusterNode {
         metrics.register(hub.metrics(), sink.metrics());
         let produced = metrics.produced.clone();
         let bundler = Arc::new(Bundler::new(config.pending_max_messages()));
+        let delivered = DeliveredPositions::default();
         let backbone = Arc::new(KafkaBackbone::new(
             patterns,
             bundler.clone(),
             sink.clone(),
             config.clone(),
+            delivered.clone(),
         ));
         let writer = BundleWriter {
             bundler,
@@ -136,7 +138,7 @@ impl ClusterNode {
             config: config.clone(),
             metrics: metrics.clone(),
         };
-        let reader = BackboneReader::new(config, node, metrics.clone())?;
+        let reader = BackboneReader::new(config, node, metrics.clone(), delivered)?;
         let heartbeat = HeartbeatWriter::new(
             config,
             node,

@@ -4,7 +4,8 @@
 //! Each node reads all partitions itself (manual assignment, no shared
 //! group), from the end as it was when the node started: a node serves
 //! live subscribers, and history is for recovery, not for a restart to
-//! replay. Its position is committed under its own group,
+//! replay. How far it has fanned each partition out is kept in
+//! [`DeliveredPositions`]: where a subscription made now starts. Its position is committed under its own group,
 //! `tidegate-node-<node>`, so `tidegate cluster status` can say how far
 //! behind each node is. Reading is bounded by librdkafka's prefetch bound
 //! (`read_ahead_kbytes`); fan-out never waits (subscriber queues have their
@@ -17,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
+use rdkafka::message::Message as _;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tidegate_hub::Hub;
 use tracing::{debug, info, warn};
@@ -24,6 +26,8 @@ use tracing::{debug, info, warn};
 use super::config::ClusterConfig;
 use super::decode_kafka_record;
 use super::metrics::ClusterMetrics;
+use super::writer::DeliveredPositions;
+use tidegate_hub::backbone::bundle;
 
 /// How often the reader re-reads the partition ends for its lag gauge and
 /// forgets nodes it has not heard from.
@@ -50,6 +54,7 @@ pub struct BackboneReader {
     topic: String,
     node: String,
     metrics: ClusterMetrics,
+    delivered: DeliveredPositions,
 }
 
 impl std::fmt::Debug for BackboneReader {
@@ -68,6 +73,7 @@ impl BackboneReader {
         config: &ClusterConfig,
         node: &str,
         metrics: ClusterMetrics,
+        delivered: DeliveredPositions,
     ) -> Result<Self, KafkaError> {
         let mut cc = ClientConfig::new();
         // Latency over batching: a record is fetched as soon as it is on
@@ -101,6 +107,7 @@ impl BackboneReader {
             topic: config.topic.clone(),
             node: node.to_owned(),
             metrics,
+            delivered,
         })
     }
 
@@ -114,11 +121,14 @@ impl BackboneReader {
             p = self.partitions() => p,
         };
         let mut tpl = TopicPartitionList::new();
-        for p in &partitions {
-            if let Err(e) = tpl.add_partition_offset(&self.topic, *p, Offset::End) {
+        for (p, end) in &partitions {
+            if let Err(e) = tpl.add_partition_offset(&self.topic, *p, Offset::Offset(*end)) {
                 warn!(error = %e, "cluster: bad partition");
             }
+            self.delivered
+                .advance(*p, bundle::position(*end, 0).unwrap_or(i64::MAX));
         }
+        let partitions: Vec<i32> = partitions.into_iter().map(|(p, _)| p).collect();
         if let Err(e) = self.consumer.assign(&tpl) {
             warn!(error = %e, "cluster: assigning the backbone partitions failed");
             return;
@@ -142,6 +152,7 @@ impl BackboneReader {
                 record = self.consumer.recv() => match record {
                     Ok(r) => {
                         let decoded = decode_kafka_record(&r);
+                        let (partition, offset) = (r.partition(), r.offset());
                         drop(r);
                         self.metrics.records_received.inc();
                         match decoded {
@@ -179,6 +190,11 @@ impl BackboneReader {
                                 debug!(error = %e, "cluster: backbone record not decodable");
                             }
                         }
+                        // After the fan-out: a subscription that reads this
+                        // position was in place for everything after it.
+                        if let Some(next) = bundle::position(offset + 1, 0) {
+                            self.delivered.advance(partition, next);
+                        }
                     }
                     Err(e) => {
                         warn!(error = %e, "cluster: backbone reader error");
@@ -193,19 +209,23 @@ impl BackboneReader {
         let _ = tokio::task::spawn_blocking(move || drop(consumer)).await;
     }
 
-    /// The backbone topic's partitions, asked until the broker answers.
-    async fn partitions(&self) -> Vec<i32> {
+    /// The backbone topic's partitions with their ends (the record offset
+    /// reading starts at), asked until the broker answers.
+    async fn partitions(&self) -> Vec<(i32, i64)> {
         loop {
             let (consumer, topic) = (self.consumer.clone(), self.topic.clone());
             let found = tokio::task::spawn_blocking(move || {
-                let md = consumer.fetch_metadata(Some(&topic), Duration::from_secs(5))?;
-                Ok::<_, KafkaError>(
-                    md.topics()
-                        .iter()
-                        .filter(|t| t.name() == topic && t.error().is_none())
-                        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-                        .collect::<Vec<i32>>(),
-                )
+                let timeout = Duration::from_secs(5);
+                let md = consumer.fetch_metadata(Some(&topic), timeout)?;
+                md.topics()
+                    .iter()
+                    .filter(|t| t.name() == topic && t.error().is_none())
+                    .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+                    .map(|p| {
+                        let (_, hi) = consumer.fetch_watermarks(&topic, p, timeout)?;
+                        Ok::<_, KafkaError>((p, hi))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
             })
             .await;
             match found {

@@ -27,6 +27,27 @@ pub struct KafkaBackbone {
     bundler: Arc<Bundler>,
     sink: Arc<KafkaSink>,
     config: ClusterConfig,
+    delivered: DeliveredPositions,
+}
+
+/// How far this node's reader has fanned each backbone partition out (the
+/// next position), shared by the reader, which moves it after each record,
+/// and the backbone, which answers [`Backbone::delivered`] from it.
+#[derive(Debug, Clone, Default)]
+pub struct DeliveredPositions(Arc<std::sync::Mutex<Positions>>);
+
+impl DeliveredPositions {
+    /// Sets partition `p`'s next position (never backwards).
+    pub fn advance(&self, p: i32, next: i64) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let at = m.entry(p).or_insert(next);
+        *at = (*at).max(next);
+    }
+
+    /// Every partition's next position.
+    pub fn get(&self) -> Positions {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 impl std::fmt::Debug for KafkaBackbone {
@@ -46,12 +67,14 @@ impl KafkaBackbone {
         bundler: Arc<Bundler>,
         sink: Arc<KafkaSink>,
         config: ClusterConfig,
+        delivered: DeliveredPositions,
     ) -> Self {
         KafkaBackbone {
             patterns,
             bundler,
             sink,
             config,
+            delivered,
         }
     }
 
@@ -99,6 +122,10 @@ impl Backbone for KafkaBackbone {
                 .await
                 .map_err(|e| e.to_string())?
         })
+    }
+
+    fn delivered(&self) -> Positions {
+        self.delivered.get()
     }
 
     fn replay(

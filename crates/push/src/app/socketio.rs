@@ -8,16 +8,21 @@
 //! With recovery on (`[push] recovery_window_ms`), CONNECT answers carry
 //! the session's `pid`, every event carries its offset as a last string
 //! argument, and a CONNECT with `{pid, offset}` takes a lost session over
-//! (see [`crate::recovery`]).
+//! (see [`crate::recovery`]). In cluster mode the offset also says where
+//! the session is in the backbone, its subscriptions are announced to the
+//! other nodes, and a session another node served is recovered from the
+//! backbone ([`crate::recovery::cluster`]).
 //!
 //! A malformed packet closes this session only.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::{json, Value};
-use tidegate_hub::{Message, SharedMessage, Subscriber};
+use tidegate_hub::backbone::{position, Positions};
+use tidegate_hub::{Message, Pattern, SharedMessage, Subscriber};
+use tracing::debug;
 
 use super::subscriptions::{self, Outcome, Refused};
 use super::App;
@@ -26,9 +31,11 @@ use crate::auth::Grants;
 use crate::context::PushContext;
 use crate::delivery::{
     cached_base64, cached_socketio_event, cached_socketio_event_with_offset, is_binary_event,
+    socketio_event_with_offset_text,
 };
 use crate::engineio::handshake::{new_sid, Transport};
-use crate::recovery::{self, RecoveryHandle, Since, Ticket};
+use crate::recovery::cluster::{self, Op, Subscription, Update};
+use crate::recovery::{self, RecoveryHandle, Since, Ticket, MAX_REPLAY};
 use crate::session::{EngineSession, Outgoing};
 use crate::socketio::binary::{placeholder_num, BinaryAssembler};
 use crate::socketio::{SioPacket, SioType};
@@ -49,6 +56,17 @@ struct NspSocket {
     /// After a recovery: messages before this sequence were replayed (or
     /// sent before), so the live queue skips them.
     live_from: u64,
+    /// The sequence an event without one (replayed from the backbone)
+    /// carries in its offset: just before this node's live ones.
+    seq_floor: u64,
+    /// Cluster mode: where each subscription started in the backbone.
+    starts: HashMap<String, Positions>,
+    /// Cluster mode: per backbone partition, the position after the last
+    /// message of it sent (the positions part of each event's offset).
+    positions: Positions,
+    /// After a recovery from the backbone: per partition, the end of what
+    /// was replayed; live messages before it were sent already.
+    replayed_to: Positions,
     grants: Grants,
     /// Events are sent: false while parked and, after a recovery, until the
     /// client CONNECTs this namespace again.
@@ -63,6 +81,33 @@ pub struct SocketIoApp {
     pending: Option<BinaryAssembler>,
     /// The session's id for recovery, with recovery on.
     recovery: Option<Ticket>,
+    /// Events carry cluster offsets and subscriptions are announced
+    /// ([`PushContext::cluster_recovery`]).
+    cluster: bool,
+    /// This incarnation of the session, in what is announced.
+    owner: String,
+}
+
+/// What offset events carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Offsets {
+    /// None (recovery off).
+    None,
+    /// The hub sequence, shared by every session.
+    Seq,
+    /// The sequence and the session's backbone positions.
+    Cluster,
+}
+
+/// A recovery's outcome: what to replay and where live delivery goes on.
+#[derive(Debug, Default)]
+struct Recovered {
+    missed: Vec<SharedMessage>,
+    live_from: u64,
+    /// The client's positions, from its offset (cluster mode).
+    had: Positions,
+    /// Recovered from the backbone: where the replay ended.
+    replayed_to: Positions,
 }
 
 fn close(why: impl Into<String>) -> CloseReason {
@@ -77,6 +122,37 @@ impl SocketIoApp {
             nsps: HashMap::new(),
             pending: None,
             recovery: None,
+            cluster: ctx.cluster_recovery(),
+            owner: new_sid(),
+        }
+    }
+
+    fn offsets(&self) -> Offsets {
+        match (&self.recovery, self.cluster) {
+            (None, _) => Offsets::None,
+            (Some(_), false) => Offsets::Seq,
+            (Some(_), true) => Offsets::Cluster,
+        }
+    }
+
+    /// An announcement about namespace `nsp` of this session.
+    fn update(&self, nsp: &str, op: Op) -> Option<Update> {
+        let t = self.recovery.as_ref().filter(|_| self.cluster)?;
+        Some(Update {
+            key: cluster::key_of(t.pid()),
+            nsp: nsp.to_owned(),
+            owner: self.owner.clone(),
+            op,
+        })
+    }
+
+    /// The session ended for good (not recovered in time): tells the
+    /// other nodes to forget it.
+    pub fn announce_gone(&self, ctx: &PushContext) {
+        for nsp in self.nsps.keys() {
+            if let Some(u) = self.update(nsp, Op::Gone) {
+                ctx.announce_now(u);
+            }
         }
     }
 
@@ -152,7 +228,7 @@ impl SocketIoApp {
                 Ok(())
             }
             SioType::Disconnect => {
-                self.leave(&p.nsp);
+                self.leave(&p.nsp, ctx);
                 Ok(())
             }
             SioType::Event | SioType::BinaryEvent => {
@@ -199,14 +275,14 @@ impl SocketIoApp {
         let mut replay = None;
         let mut hide_pid = false;
         if let (true, Some(pid)) = (ctx.config.recovery(), field("pid")) {
-            let offset = field("offset").and_then(|o| o.parse().ok()).unwrap_or(0);
+            let offset = field("offset").unwrap_or("0");
             replay = self.recover(pid, offset, &p.nsp, &grants, ctx).await;
             ctx.recovery.count(replay.is_some());
             if replay.is_none() && self.recovery.as_ref().is_some_and(|t| t.pid() == pid) {
                 // A namespace of this very session that cannot be replayed
                 // starts afresh, and its answer carries no pid: the same
                 // pid would tell the client it was recovered.
-                self.leave(&p.nsp);
+                self.leave(&p.nsp, ctx);
                 hide_pid = true;
             }
         }
@@ -225,6 +301,10 @@ impl SocketIoApp {
                 sid: new_sid(),
                 subscriptions: Since::default(),
                 live_from: 0,
+                seq_floor: 0,
+                starts: HashMap::new(),
+                positions: Positions::new(),
+                replayed_to: Positions::new(),
                 grants: grants.clone(),
                 connected: true,
             }),
@@ -242,34 +322,79 @@ impl SocketIoApp {
             let ev = SioPacket::new(SioType::Event, &p.nsp, Some(json!(["auth", auth])));
             out.push(text(&ev));
         }
-        if let Some((missed, live_from)) = replay {
-            sock.live_from = live_from;
-            for m in &missed {
-                push_event(m, &sock.name, true, s.transport(), &mut out);
+        if let Some(r) = replay {
+            sock.live_from = r.live_from;
+            sock.positions = r.had;
+            let offsets = match self.cluster {
+                true => Offsets::Cluster,
+                false => Offsets::Seq,
+            };
+            for m in &r.missed {
+                sock.send(m, offsets, s.transport(), &mut out);
+            }
+            // Set after the replay, which is all before it: live messages
+            // before these ends were replayed, and the client has
+            // everything it wanted before them.
+            for (p, end) in r.replayed_to {
+                for at in [
+                    sock.replayed_to.entry(p).or_insert(end),
+                    sock.positions.entry(p).or_insert(end),
+                ] {
+                    *at = (*at).max(end);
+                }
             }
         }
         s.send(out);
     }
 
     /// Takes over the session `pid` for namespace `nsp`, if the history
-    /// still holds everything its subscriptions missed after `offset`:
-    /// returns those messages and the sequence live delivery goes on from;
-    /// None for a clean start.
+    /// still holds everything its subscriptions missed after `offset` (the
+    /// client's last): from this node's history when the session was
+    /// here, else, in cluster mode, from the backbone. None for a clean
+    /// start.
     async fn recover(
         &mut self,
         pid: &str,
-        offset: u64,
+        offset: &str,
         nsp: &str,
         grants: &Grants,
         ctx: &PushContext,
-    ) -> Option<(Vec<SharedMessage>, u64)> {
+    ) -> Option<Recovered> {
+        let (seq, had) = cluster::parse_offset(offset);
+        if let Some(r) = self.recover_here(pid, seq, &had, nsp, grants, ctx).await {
+            return Some(r);
+        }
+        self.recover_elsewhere(pid, had, nsp, grants, ctx).await
+    }
+
+    /// [`SocketIoApp::recover`] from a session this node holds (live or
+    /// parked) and its history.
+    async fn recover_here(
+        &mut self,
+        pid: &str,
+        seq: u64,
+        had: &Positions,
+        nsp: &str,
+        grants: &Grants,
+        ctx: &PushContext,
+    ) -> Option<Recovered> {
         let history = ctx.history.as_ref()?;
         let missed = |app: &SocketIoApp| {
             let n = app
                 .nsps
                 .get(nsp)
                 .filter(|n| !n.connected && n.grants.subject() == grants.subject())?;
-            recovery::replay(history, offset, &n.subscriptions).ok()
+            let (mut missed, live_from) = recovery::replay(history, seq, &n.subscriptions).ok()?;
+            // What the client's positions say it had (a backbone replay
+            // on another node sent it, or this one before).
+            missed
+                .retain(|m| position(m).is_none_or(|(p, at)| had.get(&p).is_none_or(|h| at >= *h)));
+            Some(Recovered {
+                missed,
+                live_from,
+                had: had.clone(),
+                replayed_to: Positions::new(),
+            })
         };
         if self.recovery.as_ref().is_some_and(|t| t.pid() == pid) {
             // Another namespace of a session this one already took over.
@@ -291,10 +416,134 @@ impl SocketIoApp {
         }
     }
 
-    fn leave(&mut self, nsp: &str) {
+    /// [`SocketIoApp::recover`] in cluster mode, of a session another node
+    /// announced: its subscriptions are put in place here (live first, so
+    /// nothing published during the replay is missed), then what it missed
+    /// is read from the backbone.
+    async fn recover_elsewhere(
+        &mut self,
+        pid: &str,
+        had: Positions,
+        nsp: &str,
+        grants: &Grants,
+        ctx: &PushContext,
+    ) -> Option<Recovered> {
+        let same = self.recovery.as_ref().is_some_and(|t| t.pid() == pid);
+        let fresh = self.nsps.is_empty() && self.recovery.is_none();
+        if !self.cluster || self.nsps.contains_key(nsp) || !(same || fresh) {
+            return None;
+        }
+        let registry = ctx.cluster_sessions.as_ref()?;
+        let backbone = ctx.hub.backbone()?.clone();
+        let entry = registry.get(&cluster::key_of(pid), nsp)?;
+        if entry.subject.as_deref() != grants.subject() {
+            return None;
+        }
+        let held: HashSet<String> = self.sub.patterns().map(str::to_owned).collect();
+        let wanted: Vec<String> = entry
+            .subs
+            .iter()
+            .map(|(p, _)| p.clone())
+            .filter(|p| grants.may_subscribe(p))
+            .collect();
+        let start_seq = recovery::now(ctx.history.as_ref());
+        let o = subscriptions::subscribe(&mut self.sub, &wanted, ctx.config.max_subscriptions);
+        let subs: Vec<Subscription> = entry
+            .subs
+            .into_iter()
+            .filter(|(p, _)| o.accepted.contains(p))
+            .collect();
+        let parsed: Vec<(Pattern, Positions)> = subs
+            .iter()
+            .filter_map(|(p, s)| Some((Pattern::parse(p).ok()?, s.clone())))
+            .collect();
+        let from = cluster::replay_from(&had, &subs);
+        let patterns = parsed.iter().map(|(p, _)| p.clone()).collect();
+        let replay = backbone
+            .replay(from, patterns, super::json::MAX_CLUSTER_REPLAY)
+            .await;
+        let undo = |app: &mut SocketIoApp| {
+            for p in &o.accepted {
+                if !held.contains(p) {
+                    app.sub.unsubscribe(p);
+                }
+            }
+        };
+        let replay = match replay {
+            Ok(r) => r,
+            Err(e) => {
+                debug!(error = %e, "cluster recovery: the backbone cannot replay");
+                undo(self);
+                return None;
+            }
+        };
+        let missed: Vec<SharedMessage> = replay
+            .messages
+            .into_iter()
+            .filter(|m| {
+                position(m).is_some_and(|(p, at)| cluster::wanted(&parsed, &m.topic, p, at))
+            })
+            .map(Arc::new)
+            .collect();
+        if missed.len() > MAX_REPLAY {
+            undo(self);
+            return None;
+        }
+        if self.recovery.is_none() {
+            match ctx.recovery.register_as(pid, ctx.config.max_sessions) {
+                Some(t) => self.recovery = Some(t),
+                None => {
+                    undo(self);
+                    return None;
+                }
+            }
+        }
+        let mut since = Since::default();
+        for (p, _) in &subs {
+            since.add(p, start_seq);
+        }
+        self.nsps.insert(
+            nsp.to_owned(),
+            NspSocket {
+                name: Arc::from(nsp),
+                sid: entry.sid.unwrap_or_else(new_sid),
+                subscriptions: since,
+                live_from: 0,
+                seq_floor: start_seq.saturating_sub(1),
+                starts: subs.iter().cloned().collect(),
+                positions: Positions::new(),
+                replayed_to: Positions::new(),
+                grants: grants.clone(),
+                connected: true,
+            },
+        );
+        // This node owns the session now; what its old node says of it
+        // later (its parked copy expired) no longer applies.
+        if let Some(u) = self.update(
+            nsp,
+            Op::Own {
+                subject: entry.subject,
+                sid: self.nsps.get(nsp).map(|n| n.sid.clone()),
+                subs,
+            },
+        ) {
+            ctx.announce(u).await;
+        }
+        Some(Recovered {
+            missed,
+            live_from: 0,
+            had,
+            replayed_to: replay.ends,
+        })
+    }
+
+    fn leave(&mut self, nsp: &str, ctx: &PushContext) {
         let Some(gone) = self.nsps.remove(nsp) else {
             return;
         };
+        if let Some(u) = self.update(nsp, Op::Gone) {
+            ctx.announce_now(u);
+        }
         for p in gone.subscriptions.patterns() {
             if !self.nsps.values().any(|n| n.subscriptions.contains(p)) {
                 self.sub.unsubscribe(p);
@@ -313,8 +562,22 @@ impl SocketIoApp {
             return;
         };
         let reply: Option<Value> = match name {
-            "subscribe" => Some(self.subscribe(&p.nsp, args, ctx)),
-            "unsubscribe" => Some(self.unsubscribe(&p.nsp, args)),
+            "subscribe" => {
+                let (reply, update) = self.subscribe(&p.nsp, args, ctx);
+                // Announced before the ack: a client that saw it may
+                // count on recovering the subscription on any node.
+                if let Some(u) = update {
+                    ctx.announce(u).await;
+                }
+                Some(reply)
+            }
+            "unsubscribe" => {
+                let (reply, update) = self.unsubscribe(&p.nsp, args);
+                if let Some(u) = update {
+                    ctx.announce(u).await;
+                }
+                Some(reply)
+            }
             "publish" => {
                 let grants = self.nsps.get(&p.nsp).map(|n| &n.grants);
                 Some(publish(args, &parts, grants, ctx).await)
@@ -360,9 +623,23 @@ impl SocketIoApp {
         }
     }
 
-    fn subscribe(&mut self, nsp: &str, args: &[Value], ctx: &PushContext) -> Value {
+    /// Subscribes namespace `nsp`; the answer, and in cluster mode what to
+    /// announce.
+    fn subscribe(
+        &mut self,
+        nsp: &str,
+        args: &[Value],
+        ctx: &PushContext,
+    ) -> (Value, Option<Update>) {
+        // Read before subscribing: what the node delivers after this
+        // position reaches the new subscriptions (a little before it may
+        // too; a replay then gives it again rather than miss it).
+        let starts = match (self.cluster, ctx.hub.backbone()) {
+            (true, Some(b)) => b.delivered(),
+            _ => Positions::new(),
+        };
         let Some(sock) = self.nsps.get_mut(nsp) else {
-            return Value::Null;
+            return (Value::Null, None);
         };
         let (allowed, refused): (Vec<String>, Vec<String>) = pattern_list(args)
             .into_iter()
@@ -373,20 +650,43 @@ impl SocketIoApp {
             pattern,
             reason: "not allowed by the token".into(),
         }));
+        let mut added = Vec::new();
         for p in &o.accepted {
             sock.subscriptions.add(p, from);
+            if self.cluster {
+                let start = sock
+                    .starts
+                    .entry(p.clone())
+                    .or_insert_with(|| starts.clone());
+                added.push((p.clone(), start.clone()));
+            }
         }
-        outcome_json(&o)
+        let sid = sock.sid.clone();
+        let subject = sock.grants.subject().map(str::to_owned);
+        let update = match added.is_empty() {
+            true => None,
+            false => self.update(
+                nsp,
+                Op::Add {
+                    subject,
+                    sid: Some(sid),
+                    subs: added,
+                },
+            ),
+        };
+        (outcome_json(&o), update)
     }
 
-    fn unsubscribe(&mut self, nsp: &str, args: &[Value]) -> Value {
+    /// Unsubscribes namespace `nsp`; the answer, and in cluster mode what
+    /// to announce.
+    fn unsubscribe(&mut self, nsp: &str, args: &[Value]) -> (Value, Option<Update>) {
         let patterns = pattern_list(args);
         let mut o = Outcome::default();
         for p in patterns {
-            let held = self
-                .nsps
-                .get_mut(nsp)
-                .is_some_and(|n| n.subscriptions.remove(&p));
+            let held = self.nsps.get_mut(nsp).is_some_and(|n| {
+                n.starts.remove(&p);
+                n.subscriptions.remove(&p)
+            });
             if !held {
                 o.refused.push(Refused {
                     pattern: p,
@@ -399,67 +699,85 @@ impl SocketIoApp {
             }
             o.accepted.push(p);
         }
-        outcome_json(&o)
+        let update = match o.accepted.is_empty() {
+            true => None,
+            false => self.update(
+                nsp,
+                Op::Remove {
+                    patterns: o.accepted.clone(),
+                },
+            ),
+        };
+        (outcome_json(&o), update)
     }
 
     /// Encodes hub messages as events, for every namespace subscribed to
     /// their topic and connected (with recovery on, each carries its
-    /// history sequence as offset, and what a recovery replayed is
-    /// skipped).
+    /// offset, and what a recovery replayed is skipped).
     pub fn deliver(
         &mut self,
         msgs: &[SharedMessage],
         transport: Transport,
         out: &mut Vec<Outgoing>,
     ) {
-        let mut with_patterns = self.nsps.values().filter(|n| !n.subscriptions.is_empty());
-        let only = match (with_patterns.next(), with_patterns.next()) {
-            (Some(n), None) => Some(n),
-            _ => None,
-        };
-        let with_offset = self.recovery.is_some();
-        let one = |m: &SharedMessage, n: &NspSocket, out: &mut Vec<Outgoing>| {
-            if n.connected && m.seq().is_none_or(|s| s >= n.live_from) {
-                push_event(m, &n.name, with_offset, transport, out);
-            }
-        };
+        // The common case: one namespace holds every subscription, so no
+        // pattern needs matching here (the hub did it).
+        let single = self
+            .nsps
+            .values()
+            .filter(|n| !n.subscriptions.is_empty())
+            .count()
+            == 1;
+        let offsets = self.offsets();
         for m in msgs {
-            match only {
-                // The common case: one namespace holds every subscription,
-                // so no pattern needs matching here (the hub did it).
-                Some(n) => one(m, n, out),
-                None => {
-                    for n in self.nsps.values() {
-                        if n.subscriptions.matches(&m.topic) {
-                            one(m, n, out);
-                        }
-                    }
+            for n in self.nsps.values_mut() {
+                if n.subscriptions.is_empty() || !(single || n.subscriptions.matches(&m.topic)) {
+                    continue;
+                }
+                if n.connected && m.seq().is_none_or(|s| s >= n.live_from) {
+                    n.send(m, offsets, transport, out);
                 }
             }
         }
     }
 }
 
-fn push_event(
-    m: &Message,
-    nsp: &str,
-    with_offset: bool,
-    transport: Transport,
-    out: &mut Vec<Outgoing>,
-) {
-    let event = if with_offset {
-        cached_socketio_event_with_offset(m, nsp)
-    } else {
-        cached_socketio_event(m, nsp)
-    };
-    let binary = is_binary_event(&event);
-    out.push(Outgoing::Text(event));
-    if binary {
-        let base64 = (transport == Transport::Polling).then(|| cached_base64(m));
-        out.push(Outgoing::Binary {
-            raw: m.payload.clone(),
-            base64,
-        });
+impl NspSocket {
+    /// Encodes `m` as an event of this namespace into `out`.
+    fn send(
+        &mut self,
+        m: &Message,
+        offsets: Offsets,
+        transport: Transport,
+        out: &mut Vec<Outgoing>,
+    ) {
+        let event = match offsets {
+            Offsets::None => cached_socketio_event(m, &self.name),
+            Offsets::Seq => cached_socketio_event_with_offset(m, &self.name),
+            Offsets::Cluster => {
+                if let Some((p, at)) = position(m) {
+                    if self.replayed_to.get(&p).is_some_and(|end| at < *end) {
+                        return; // sent by the backbone replay
+                    }
+                    let next = self.positions.entry(p).or_insert(at + 1);
+                    *next = (*next).max(at + 1);
+                }
+                let seq = m.seq().unwrap_or(self.seq_floor);
+                socketio_event_with_offset_text(
+                    &cached_socketio_event(m, &self.name),
+                    &cluster::encode_offset(seq, &self.positions),
+                )
+            }
+        };
+        let binary = is_binary_event(&event);
+        out.push(Outgoing::Text(event));
+        if binary {
+            let base64 = (transport == Transport::Polling).then(|| cached_base64(m));
+            out.push(Outgoing::Binary {
+                raw: m.payload.clone(),
+                base64,
+            });
+        }
     }
 }
 

@@ -21,6 +21,7 @@
 //! the handle through which a live or parked session is asked to hand its
 //! state over, the parked task ([`park`]), and the replay bound.
 
+pub mod cluster;
 pub mod park;
 
 use std::collections::HashMap;
@@ -161,6 +162,22 @@ impl RecoveryRegistry {
         m.insert(pid.clone(), handle.clone());
         Some(Ticket {
             pid,
+            handle,
+            registry: self.clone(),
+        })
+    }
+
+    /// Registers a session under the id `pid` it had on another node (a
+    /// recovery there), unless `max` are registered or `pid` is taken here.
+    pub fn register_as(self: &Arc<Self>, pid: &str, max: usize) -> Option<Ticket> {
+        let mut m = self.map.lock();
+        if m.len() >= max || m.contains_key(pid) {
+            return None;
+        }
+        let handle = Arc::new(RecoveryHandle::default());
+        m.insert(pid.to_owned(), handle.clone());
+        Some(Ticket {
+            pid: pid.to_owned(),
             handle,
             registry: self.clone(),
         })

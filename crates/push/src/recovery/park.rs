@@ -28,13 +28,14 @@ pub fn park(mut app: App, ctx: &Arc<PushContext>) {
         return;
     }
     app.detach();
+    let ctx = ctx.clone();
     tokio::spawn(async move {
-        hold(app, window).await;
+        hold(app, window, &ctx).await;
         registry.parked.dec();
     });
 }
 
-async fn hold(app: App, window: Duration) {
+async fn hold(app: App, window: Duration, ctx: &PushContext) {
     let Some(handle) = app.recovery_handle() else {
         return;
     };
@@ -51,6 +52,10 @@ async fn hold(app: App, window: Duration) {
             }
             _ = sleep_until(deadline) => {
                 debug!("recovery window over; parked session dropped");
+                if let App::SocketIo(a) = &app {
+                    // Nor may another node recover it now.
+                    a.announce_gone(ctx);
+                }
                 return;
             }
             r = sub.recv_many(&mut batch, DELIVERY_BATCH) => {

@@ -1,0 +1,524 @@
+//! Connection state recovery on another node (cluster mode).
+//!
+//! A Socket.IO client whose node died reconnects wherever the load balancer
+//! sends it, with its `pid` and the offset of the last event it received.
+//! Two things must be known there: what the session was subscribed to, and
+//! how far the client got in the backbone, the cluster's history.
+//!
+//! - **Subscriptions.** Each node tells the others, through the backbone's
+//!   [`SESSIONS_TOPIC`], what its recoverable sessions subscribe to, as
+//!   [`Update`]s (added, removed, gone, recovered here), and every node
+//!   keeps what it read in a bounded [`ClusterSessions`] registry. A
+//!   subscription remembers where it started in each backbone partition
+//!   (the node's [`delivered`](tidegate_hub::Backbone::delivered) positions
+//!   when it was made), so a replay gives a topic's messages only from when
+//!   the session wanted them. Sessions are keyed by a hash of the pid: what
+//!   the nodes tell each other does not let anyone take a session over.
+//! - **Positions.** In cluster mode an event's offset is per session:
+//!   `seq;p:pos,p:pos`, the hub sequence (for recovery on the same node)
+//!   and, per backbone partition, the position after the last message of
+//!   that partition sent to the session ([`encode_offset`]). The client
+//!   keeps only its last offset, so that one string must say where it is
+//!   in every partition.
+//!
+//! A node knows the sessions announced while it was reading the backbone:
+//! one started after a session subscribed cannot recover it.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use prometheus_client::metrics::gauge::Gauge;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tidegate_hub::backbone::{Positions, SESSIONS_TOPIC};
+use tidegate_hub::{Message, Pattern};
+
+/// Bytes the registry keeps over all sessions (oldest updated go first).
+pub const MAX_REGISTRY_BYTES: usize = 32 << 20;
+
+/// Largest update read from the backbone; bigger ones are ignored.
+pub const MAX_UPDATE_BYTES: usize = 1 << 20;
+
+/// Largest state one session's namespace may grow to by updates; past it
+/// the session is forgotten (it could not be recovered whole).
+pub const MAX_ENTRY_BYTES: usize = 4 << 20;
+
+/// Most partitions an offset may name.
+pub const MAX_OFFSET_PARTITIONS: usize = 4096;
+
+/// What each entry costs besides its strings.
+const ENTRY_OVERHEAD: usize = 128;
+
+/// A subscription and where it started, per backbone partition.
+pub type Subscription = (String, Positions);
+
+/// The registry key of session `pid`: its SHA-256, hex, first 128 bits.
+pub fn key_of(pid: &str) -> String {
+    let digest = Sha256::digest(pid.as_bytes());
+    let mut s = String::with_capacity(32);
+    for b in &digest[..16] {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+/// One change to a session namespace's state, as sent on
+/// [`SESSIONS_TOPIC`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Update {
+    /// [`key_of`] the session's pid.
+    pub key: String,
+    /// The namespace.
+    pub nsp: String,
+    /// Which incarnation of the session sent it: a session recovered on
+    /// another node gets a new owner, and what its old node says later
+    /// (that the parked copy expired) no longer applies.
+    pub owner: String,
+    /// The change.
+    pub op: Op,
+}
+
+/// What an [`Update`] changes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    /// Subscriptions added (kept with their first start).
+    Add {
+        /// The JWT subject the session was opened with.
+        subject: Option<String>,
+        /// The namespace's socket id (kept across a recovery).
+        sid: Option<String>,
+        /// The patterns and where each started.
+        subs: Vec<Subscription>,
+    },
+    /// The whole state, from a node that recovered the session.
+    Own {
+        /// The JWT subject.
+        subject: Option<String>,
+        /// The socket id.
+        sid: Option<String>,
+        /// Every subscription.
+        subs: Vec<Subscription>,
+    },
+    /// Subscriptions removed.
+    Remove {
+        /// The patterns.
+        patterns: Vec<String>,
+    },
+    /// The session namespace ended (left, or not recovered in time).
+    Gone,
+}
+
+impl Update {
+    /// The backbone message carrying this update.
+    pub fn to_message(&self) -> Message {
+        let body = serde_json::to_vec(self).unwrap_or_default();
+        Message::new(SESSIONS_TOPIC, Bytes::from(body))
+    }
+
+    /// The update a backbone message carries, if it is one within bounds.
+    pub fn from_message(msg: &Message) -> Option<Update> {
+        if msg.payload.len() > MAX_UPDATE_BYTES {
+            return None;
+        }
+        serde_json::from_slice(&msg.payload).ok()
+    }
+}
+
+/// What the registry knows of one session namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The incarnation that last claimed it.
+    pub owner: String,
+    /// The JWT subject it was opened with.
+    pub subject: Option<String>,
+    /// Its socket id.
+    pub sid: Option<String>,
+    /// Its subscriptions, in the order they were made.
+    pub subs: Vec<Subscription>,
+    bytes: usize,
+    generation: u64,
+}
+
+impl Entry {
+    fn cost(&self, key: &(String, String)) -> usize {
+        ENTRY_OVERHEAD
+            + key.0.len()
+            + key.1.len()
+            + self.owner.len()
+            + self.subject.as_ref().map_or(0, String::len)
+            + self.sid.as_ref().map_or(0, String::len)
+            + self
+                .subs
+                .iter()
+                .map(|(p, s)| 32 + p.len() + 16 * s.len())
+                .sum::<usize>()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    map: HashMap<(String, String), Entry>,
+    /// Keys by when they were last updated; an element whose generation is
+    /// no longer its entry's is stale and skipped.
+    order: VecDeque<((String, String), u64)>,
+    bytes: usize,
+    generation: u64,
+}
+
+/// The sessions other nodes (and this one) announced, bounded by bytes.
+#[derive(Debug)]
+pub struct ClusterSessions {
+    inner: Mutex<Inner>,
+    max_bytes: usize,
+    /// Session namespaces known (`tidegate_push_cluster_sessions`).
+    pub known: Gauge,
+}
+
+impl Default for ClusterSessions {
+    fn default() -> Self {
+        ClusterSessions::new(MAX_REGISTRY_BYTES)
+    }
+}
+
+impl ClusterSessions {
+    /// An empty registry keeping at most `max_bytes`.
+    pub fn new(max_bytes: usize) -> Self {
+        ClusterSessions {
+            inner: Mutex::new(Inner::default()),
+            max_bytes,
+            known: Gauge::default(),
+        }
+    }
+
+    /// Applies what a backbone message says (ignored unless it is an
+    /// [`Update`]).
+    pub fn handle(self: &Arc<Self>, msg: &Message) {
+        if let Some(u) = Update::from_message(msg) {
+            self.apply(u);
+        }
+    }
+
+    /// Applies one update.
+    pub fn apply(&self, u: Update) {
+        let mut g = self.inner.lock();
+        self.apply_locked(&mut g, u);
+        self.known.set(g.map.len() as i64);
+    }
+
+    fn apply_locked(&self, g: &mut Inner, u: Update) {
+        let inner = g;
+        let key = (u.key, u.nsp);
+        let old = inner.map.get(&key).map(|e| e.bytes).unwrap_or(0);
+        match u.op {
+            Op::Add { subject, sid, subs } => {
+                let e = inner.map.entry(key.clone()).or_insert_with(|| Entry {
+                    owner: u.owner.clone(),
+                    subject: subject.clone(),
+                    sid: None,
+                    subs: Vec::new(),
+                    bytes: 0,
+                    generation: 0,
+                });
+                e.owner = u.owner;
+                e.subject = subject;
+                e.sid = sid.or(e.sid.take());
+                for (p, start) in subs {
+                    if !e.subs.iter().any(|(q, _)| *q == p) {
+                        e.subs.push((p, start));
+                    }
+                }
+            }
+            Op::Own { subject, sid, subs } => {
+                inner.map.insert(
+                    key.clone(),
+                    Entry {
+                        owner: u.owner,
+                        subject,
+                        sid,
+                        subs,
+                        bytes: 0,
+                        generation: 0,
+                    },
+                );
+            }
+            Op::Remove { patterns } => match inner.map.get_mut(&key) {
+                Some(e) if e.owner == u.owner => e.subs.retain(|(p, _)| !patterns.contains(p)),
+                _ => return,
+            },
+            Op::Gone => {
+                if inner.map.get(&key).is_some_and(|e| e.owner == u.owner) {
+                    inner.map.remove(&key);
+                    inner.bytes -= old;
+                }
+                return;
+            }
+        }
+        inner.generation += 1;
+        let generation = inner.generation;
+        let Some(e) = inner.map.get_mut(&key) else {
+            return;
+        };
+        e.bytes = e.cost(&key);
+        e.generation = generation;
+        let new = e.bytes;
+        inner.bytes = inner.bytes - old + new;
+        if new > MAX_ENTRY_BYTES {
+            inner.map.remove(&key);
+            inner.bytes -= new;
+        } else {
+            inner.order.push_back((key, generation));
+        }
+        while inner.bytes > self.max_bytes {
+            let Some((k, gen)) = inner.order.pop_front() else {
+                break;
+            };
+            if inner.map.get(&k).is_some_and(|e| e.generation == gen) {
+                let gone = inner.map.remove(&k).map_or(0, |e| e.bytes);
+                inner.bytes -= gone;
+            }
+        }
+        if inner.order.len() > 2 * inner.map.len() + 64 {
+            let Inner { map, order, .. } = inner;
+            order.retain(|(k, gen)| map.get(k).is_some_and(|e| e.generation == *gen));
+        }
+    }
+
+    /// What is known of session `key`'s namespace `nsp`.
+    pub fn get(&self, key: &str, nsp: &str) -> Option<Entry> {
+        self.inner
+            .lock()
+            .map
+            .get(&(key.to_owned(), nsp.to_owned()))
+            .cloned()
+    }
+
+    /// Session namespaces known.
+    pub fn len(&self) -> usize {
+        self.inner.lock().map.len()
+    }
+
+    /// True when none is known.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.inner.lock().bytes
+    }
+}
+
+/// The offset a cluster-mode event carries: `seq;p:pos,p:pos`.
+pub fn encode_offset(seq: u64, positions: &Positions) -> String {
+    let mut s = String::with_capacity(24 + 24 * positions.len());
+    let _ = write!(s, "{seq};");
+    for (i, (p, at)) in positions.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let _ = write!(s, "{p}:{at}");
+    }
+    s
+}
+
+/// An offset a client sent back: the hub sequence and the backbone
+/// positions (none in a single-node offset, `17`). What does not parse
+/// counts as nothing received: a clean replay or none, never a panic.
+pub fn parse_offset(s: &str) -> (u64, Positions) {
+    let (seq, rest) = s.split_once(';').unwrap_or((s, ""));
+    let seq = seq.parse().unwrap_or(0);
+    let mut positions = Positions::new();
+    for part in rest.split(',').take(MAX_OFFSET_PARTITIONS) {
+        let Some((p, at)) = part.split_once(':') else {
+            continue;
+        };
+        if let (Ok(p), Ok(at)) = (p.parse::<i32>(), at.parse::<i64>()) {
+            if p >= 0 && at >= 0 {
+                positions.insert(p, at);
+            }
+        }
+    }
+    (seq, positions)
+}
+
+/// Where a replay for subscriptions `subs`, of a client that had
+/// `had`, starts in each partition: after what the client had, and not
+/// before the earliest subscription started.
+pub fn replay_from(had: &Positions, subs: &[Subscription]) -> Positions {
+    let mut from = Positions::new();
+    for (_, starts) in subs {
+        for (p, at) in starts {
+            let e = from.entry(*p).or_insert(*at);
+            *e = (*e).min(*at);
+        }
+    }
+    for (p, at) in had {
+        let e = from.entry(*p).or_insert(*at);
+        *e = (*e).max(*at);
+    }
+    from
+}
+
+/// Whether one of `subs` wanted a message on `topic` at position `at` of
+/// partition `p`: it matches and was in place by then (a subscription
+/// with no start for `p` wanted all of it).
+pub fn wanted(subs: &[(Pattern, Positions)], topic: &str, p: i32, at: i64) -> bool {
+    subs.iter()
+        .any(|(pat, starts)| pat.matches(topic) && starts.get(&p).is_none_or(|s| at >= *s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn pos(v: &[(i32, i64)]) -> Positions {
+        v.iter().copied().collect()
+    }
+
+    fn add(key: &str, owner: &str, subs: &[(&str, &[(i32, i64)])]) -> Update {
+        Update {
+            key: key.into(),
+            nsp: "/".into(),
+            owner: owner.into(),
+            op: Op::Add {
+                subject: None,
+                sid: None,
+                subs: subs.iter().map(|(p, s)| (p.to_string(), pos(s))).collect(),
+            },
+        }
+    }
+
+    #[test]
+    fn updates_survive_the_backbone_message() {
+        let u = add("k", "o", &[("news.>", &[(0, 5), (3, 7)])]);
+        assert_eq!(Update::from_message(&u.to_message()), Some(u));
+        let g = Update {
+            key: "k".into(),
+            nsp: "/a".into(),
+            owner: "o".into(),
+            op: Op::Gone,
+        };
+        assert_eq!(Update::from_message(&g.to_message()), Some(g));
+        assert_eq!(
+            Update::from_message(&Message::new(SESSIONS_TOPIC, "{not json")),
+            None
+        );
+    }
+
+    #[test]
+    fn adds_accumulate_and_removes_and_gone_need_the_owner() {
+        let r = ClusterSessions::default();
+        r.apply(add("k", "o1", &[("a", &[(0, 1)])]));
+        r.apply(add("k", "o1", &[("b", &[(0, 2)]), ("a", &[(0, 9)])]));
+        let e = r.get("k", "/").unwrap();
+        assert_eq!(
+            e.subs,
+            vec![("a".into(), pos(&[(0, 1)])), ("b".into(), pos(&[(0, 2)]))],
+            "a pattern keeps its first start"
+        );
+        // Recovered elsewhere: a new owner; the old one's word is void.
+        r.apply(Update {
+            key: "k".into(),
+            nsp: "/".into(),
+            owner: "o2".into(),
+            op: Op::Own {
+                subject: None,
+                sid: None,
+                subs: e.subs.clone(),
+            },
+        });
+        for op in [
+            Op::Remove {
+                patterns: vec!["a".into()],
+            },
+            Op::Gone,
+        ] {
+            r.apply(Update {
+                key: "k".into(),
+                nsp: "/".into(),
+                owner: "o1".into(),
+                op,
+            });
+        }
+        assert_eq!(r.get("k", "/").unwrap().subs.len(), 2);
+        r.apply(Update {
+            key: "k".into(),
+            nsp: "/".into(),
+            owner: "o2".into(),
+            op: Op::Gone,
+        });
+        assert!(r.get("k", "/").is_none());
+        assert_eq!(r.bytes(), 0);
+    }
+
+    #[test]
+    fn the_registry_forgets_the_oldest_past_its_bytes() {
+        let r = ClusterSessions::new(10_000);
+        for i in 0..1000 {
+            r.apply(add(&format!("k{i}"), "o", &[("news.>", &[(0, i)])]));
+            assert!(r.bytes() <= 10_000);
+        }
+        assert!(r.get("k999", "/").is_some());
+        assert!(r.get("k0", "/").is_none());
+        assert!(r.len() < 1000);
+        // Updating an old entry keeps it over newer ones.
+        let first = (0..1000)
+            .find(|i| r.get(&format!("k{i}"), "/").is_some())
+            .unwrap();
+        r.apply(add(&format!("k{first}"), "o", &[("more", &[])]));
+        for i in 1000..1010 {
+            r.apply(add(&format!("k{i}"), "o", &[("news.>", &[(0, i)])]));
+        }
+        assert!(r.get(&format!("k{first}"), "/").is_some());
+    }
+
+    #[test]
+    fn a_replay_starts_after_what_the_client_had_and_not_before_its_subscriptions() {
+        let subs = vec![
+            ("a".to_string(), pos(&[(0, 100), (1, 50)])),
+            ("b".to_string(), pos(&[(0, 200), (1, 60)])),
+        ];
+        assert_eq!(
+            replay_from(&pos(&[(0, 150)]), &subs),
+            pos(&[(0, 150), (1, 50)])
+        );
+        let parsed: Vec<(Pattern, Positions)> = subs
+            .iter()
+            .map(|(p, s)| (Pattern::parse(p).unwrap(), s.clone()))
+            .collect();
+        assert!(wanted(&parsed, "a", 0, 150));
+        assert!(!wanted(&parsed, "b", 0, 150), "b started at 200");
+        assert!(wanted(&parsed, "b", 0, 200));
+        assert!(!wanted(&parsed, "c", 0, 300));
+        assert!(wanted(&parsed, "a", 7, 0), "no start for 7: all of it");
+    }
+
+    #[test]
+    fn hostile_offsets_parse_to_something_bounded() {
+        assert_eq!(parse_offset("17"), (17, Positions::new()));
+        assert_eq!(parse_offset(""), (0, Positions::new()));
+        assert_eq!(parse_offset("x;0:-1,:,5:9,a:b"), (0, pos(&[(5, 9)])));
+        let huge: String = (0..10_000).map(|i| format!("{i}:1,")).collect();
+        assert_eq!(
+            parse_offset(&format!("1;{huge}")).1.len(),
+            MAX_OFFSET_PARTITIONS
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn offsets_round_trip(seq in any::<u64>(), v in proptest::collection::btree_map(0i32..1000, 0i64..i64::MAX, 0..20)) {
+            prop_assert_eq!(parse_offset(&encode_offset(seq, &v)), (seq, v));
+        }
+
+        #[test]
+        fn any_offset_text_parses_without_panic(s in ".{0,200}") {
+            let _ = parse_offset(&s);
+        }
+    }
+}
