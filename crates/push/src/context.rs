@@ -87,16 +87,10 @@ impl PushContext {
     }
 
     /// Tells every node (this one too) about a change to a recoverable
-    /// session, waiting while the backbone is full.
-    pub async fn announce(&self, update: Update) {
-        if let (true, Some(b)) = (self.cluster_recovery(), self.hub.backbone()) {
-            b.send(Arc::new(update.to_message())).await;
-        }
-    }
-
-    /// [`PushContext::announce`] without waiting: dropped when the backbone
-    /// is full (for a session that ends; the registry's bound forgets it
-    /// in time).
+    /// session. Never waits: with the backbone full (its broker down) the
+    /// update is dropped, and the nodes see the gap in the session's
+    /// update count and refuse to recover it rather than recover it
+    /// partly ([`crate::recovery::cluster::Update::version`]).
     pub fn announce_now(&self, update: Update) {
         if let (true, Some(b)) = (self.cluster_recovery(), self.hub.backbone()) {
             let _ = b.try_send(Arc::new(update.to_message()));

@@ -768,5 +768,44 @@ fn a_socketio_client_that_loses_its_node_recovers_what_it_missed_on_another() {
         c.log()
     );
     assert_eq!(metric(http_c, "tidegate_push_recovered_total"), 1.0);
+
+    // Node C dies too: node C announced the recovered session as its own,
+    // so node A recovers it in turn.
+    let mut c = c;
+    let before_reconnect = got.len();
+    balancer.point_at(http_a);
+    c.child.kill().unwrap();
+    c.child.wait().unwrap();
+    for i in 25..30 {
+        publish(http_a, "news.r", &format!("{{\"i\":{i}}}"));
+    }
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while !got[before_reconnect..].iter().any(|v| v["connect"] == true) {
+        assert!(
+            Instant::now() < deadline,
+            "no second reconnect; log of A:\n{}",
+            a.log()
+        );
+        read(Duration::from_millis(500), &mut got);
+    }
+    let connect = got[before_reconnect..]
+        .iter()
+        .find(|v| v["connect"] == true)
+        .unwrap();
+    assert_eq!(connect["recovered"], true, "log of A:\n{}", a.log());
+    for i in 30..35 {
+        publish(http_a, "news.r", &format!("{{\"i\":{i}}}"));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while seq(&got).len() < 35 && Instant::now() < deadline {
+        read(Duration::from_millis(300), &mut got);
+    }
+    read(Duration::from_secs(1), &mut got);
+    assert_eq!(
+        seq(&got),
+        (0..35).collect::<Vec<_>>(),
+        "log of A:\n{}",
+        a.log()
+    );
     drop(client);
 }

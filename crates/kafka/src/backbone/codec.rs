@@ -24,6 +24,13 @@ use tidegate_hub::Message;
 
 pub use tidegate_hub::backbone::{ATTR_PARTITION, ATTR_POSITION};
 
+/// Whether an attribute a publisher set would pass for the backbone's own
+/// position: dropped on reading, so a message cannot lie about where it
+/// sits in the history (sessions and recoveries count on it).
+fn is_position_attribute(name: &str) -> bool {
+    name == ATTR_PARTITION || name == ATTR_POSITION
+}
+
 /// Header naming the node that published the record.
 pub const HEADER_NODE: &str = "tidegate.node";
 /// Header carrying the message's own key (one-message records).
@@ -99,7 +106,7 @@ where
             is_bundle = true;
         } else if i <= 1 && name == HEADER_KEY && message_key.is_none() && attributes.is_empty() {
             message_key = Some(Bytes::copy_from_slice(value));
-        } else {
+        } else if !is_position_attribute(name) {
             attributes.push((name.to_owned(), String::from_utf8_lossy(value).into_owned()));
         }
     }
@@ -117,6 +124,7 @@ where
             .enumerate()
             .map(|(i, m)| {
                 let mut m = m.map_err(|e| DecodeError::BadTopic(e.0))?;
+                m.attributes.retain(|(n, _)| !is_position_attribute(n));
                 m.attributes
                     .push((ATTR_PARTITION.to_owned(), partition.clone()));
                 m.attributes.push((ATTR_POSITION.to_owned(), at(i)));
@@ -230,6 +238,22 @@ mod tests {
                 Some((3, 77 * 1024 + i as i64))
             );
         }
+    }
+
+    #[test]
+    fn a_publisher_cannot_set_its_own_position() {
+        let forged = Message::new("chat.room1", "hi")
+            .with_attribute(ATTR_PARTITION, "0")
+            .with_attribute(ATTR_POSITION, i64::MAX.to_string());
+        let d = round_trip(&[forged]);
+        let got = d.messages[0].as_ref().unwrap();
+        assert_eq!(
+            tidegate_hub::backbone::position(got),
+            Some((3, 77 * 1024)),
+            "{:?}",
+            got.attributes
+        );
+        assert_eq!(got.attributes.len(), 2);
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //!
 //! A malformed packet closes this session only.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -67,6 +67,8 @@ struct NspSocket {
     /// After a recovery from the backbone: per partition, the end of what
     /// was replayed; live messages before it were sent already.
     replayed_to: Positions,
+    /// Cluster mode: the version of its last announcement.
+    announced: u64,
     grants: Grants,
     /// Events are sent: false while parked and, after a recovery, until the
     /// client CONNECTs this namespace again.
@@ -86,6 +88,12 @@ pub struct SocketIoApp {
     cluster: bool,
     /// This incarnation of the session, in what is announced.
     owner: String,
+}
+
+/// How long a recovery from the backbone may take: well within the ping
+/// timeout, as the session answers no ping meanwhile.
+fn recovery_time(ctx: &PushContext) -> std::time::Duration {
+    std::time::Duration::from_millis((ctx.config.ping_timeout_ms / 2).clamp(1_000, 10_000))
 }
 
 /// What offset events carry.
@@ -135,22 +143,59 @@ impl SocketIoApp {
         }
     }
 
-    /// An announcement about namespace `nsp` of this session.
-    fn update(&self, nsp: &str, op: Op) -> Option<Update> {
+    /// The next announcement about namespace `nsp` of this session (`Own`
+    /// starts its count afresh). None unless recoverable in cluster mode.
+    fn update(&mut self, nsp: &str, op: Op) -> Option<Update> {
+        let t = self.recovery.as_ref().filter(|_| self.cluster)?;
+        let n = self.nsps.get_mut(nsp)?;
+        n.announced = match op {
+            Op::Own { .. } => 1,
+            _ => n.announced + 1,
+        };
+        Some(Update {
+            key: cluster::key_of(t.pid()),
+            nsp: nsp.to_owned(),
+            owner: self.owner.clone(),
+            version: n.announced,
+            op,
+        })
+    }
+
+    /// That namespace `nsp` of this session is gone.
+    fn gone(&self, nsp: &str) -> Option<Update> {
         let t = self.recovery.as_ref().filter(|_| self.cluster)?;
         Some(Update {
             key: cluster::key_of(t.pid()),
             nsp: nsp.to_owned(),
             owner: self.owner.clone(),
-            op,
+            version: 0,
+            op: Op::Gone,
         })
     }
 
-    /// The session ended for good (not recovered in time): tells the
-    /// other nodes to forget it.
+    /// Announces namespace `nsp`'s whole state (after a fresh CONNECT or
+    /// a recovery from the backbone): from now on this session owns it.
+    fn announce_state(&mut self, nsp: &str, ctx: &PushContext) {
+        let Some(n) = self.nsps.get(nsp) else { return };
+        let op = Op::Own {
+            subject: n.grants.subject().map(str::to_owned),
+            sid: Some(n.sid.clone()),
+            subs: n
+                .subscriptions
+                .patterns()
+                .map(|p| (p.to_owned(), n.starts.get(p).cloned().unwrap_or_default()))
+                .collect(),
+        };
+        if let Some(u) = self.update(nsp, op) {
+            ctx.announce_now(u);
+        }
+    }
+
+    /// The session ended for good (not recovered in time, or closed): tells
+    /// the other nodes to forget it.
     pub fn announce_gone(&self, ctx: &PushContext) {
         for nsp in self.nsps.keys() {
-            if let Some(u) = self.update(nsp, Op::Gone) {
+            if let Some(u) = self.gone(nsp) {
                 ctx.announce_now(u);
             }
         }
@@ -305,6 +350,7 @@ impl SocketIoApp {
                 starts: HashMap::new(),
                 positions: Positions::new(),
                 replayed_to: Positions::new(),
+                announced: 0,
                 grants: grants.clone(),
                 connected: true,
             }),
@@ -322,6 +368,7 @@ impl SocketIoApp {
             let ev = SioPacket::new(SioType::Event, &p.nsp, Some(json!(["auth", auth])));
             out.push(text(&ev));
         }
+        let recovered = replay.is_some();
         if let Some(r) = replay {
             sock.live_from = r.live_from;
             sock.positions = r.had;
@@ -345,6 +392,9 @@ impl SocketIoApp {
             }
         }
         s.send(out);
+        if !recovered {
+            self.announce_state(&p.nsp, ctx);
+        }
     }
 
     /// Takes over the session `pid` for namespace `nsp`, if the history
@@ -406,6 +456,17 @@ impl SocketIoApp {
         }
         match ctx.recovery.take(pid).await {
             Some(App::SocketIo(old)) => {
+                // In cluster mode the client may have been recovered on
+                // another node since: then this copy is stale (its
+                // subscriptions and sequence are not the client's).
+                let stale = old.cluster
+                    && ctx.cluster_sessions.as_ref().is_some_and(|r| {
+                        r.get(&cluster::key_of(pid), nsp)
+                            .is_some_and(|e| e.owner != old.owner)
+                    });
+                if stale {
+                    return None;
+                }
                 // Anything that cannot be replayed is dropped: its
                 // subscriptions and id go away.
                 let replay = missed(&old)?;
@@ -419,7 +480,10 @@ impl SocketIoApp {
     /// [`SocketIoApp::recover`] in cluster mode, of a session another node
     /// announced: its subscriptions are put in place here (live first, so
     /// nothing published during the replay is missed), then what it missed
-    /// is read from the backbone.
+    /// is read from the backbone. Refused (a clean start) when the state
+    /// known here is not whole, a subscription cannot be put back, the
+    /// backbone cannot replay it in time, or live messages had to be
+    /// dropped meanwhile.
     async fn recover_elsewhere(
         &mut self,
         pid: &str,
@@ -433,13 +497,78 @@ impl SocketIoApp {
         if !self.cluster || self.nsps.contains_key(nsp) || !(same || fresh) {
             return None;
         }
-        let registry = ctx.cluster_sessions.as_ref()?;
+        let registry = ctx.cluster_sessions.as_ref()?.clone();
         let backbone = ctx.hub.backbone()?.clone();
-        let entry = registry.get(&cluster::key_of(pid), nsp)?;
-        if entry.subject.as_deref() != grants.subject() {
+        let key = cluster::key_of(pid);
+        registry.get(&key, nsp)?;
+        // Reserve the id first: the replay is the expensive part.
+        let ticket = match self.recovery.take() {
+            Some(t) => t,
+            None => ctx.recovery.register_as(pid, ctx.config.max_sessions)?,
+        };
+        let deadline = tokio::time::Instant::now() + recovery_time(ctx);
+        let outcome = tokio::time::timeout_at(
+            deadline,
+            self.replay_elsewhere(&key, had, nsp, grants, ctx, &*backbone, &registry),
+        )
+        .await;
+        match outcome {
+            Ok(Some(r)) => {
+                self.recovery = Some(ticket);
+                self.announce_state(nsp, ctx);
+                Some(r)
+            }
+            _ => {
+                // Put back what this session was (a fresh one drops the
+                // reserved id).
+                if same {
+                    self.recovery = Some(ticket);
+                }
+                if let Some(n) = self.nsps.remove(nsp) {
+                    for p in n.subscriptions.patterns() {
+                        if !self.nsps.values().any(|m| m.subscriptions.contains(p)) {
+                            self.sub.unsubscribe(p);
+                        }
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// The work of [`SocketIoApp::recover_elsewhere`]: on success the
+    /// namespace is joined with its subscriptions; on failure what was
+    /// subscribed is left for the caller to undo (in `nsps[nsp]`).
+    #[allow(clippy::too_many_arguments)]
+    async fn replay_elsewhere(
+        &mut self,
+        key: &str,
+        had: Positions,
+        nsp: &str,
+        grants: &Grants,
+        ctx: &PushContext,
+        backbone: &dyn tidegate_hub::Backbone,
+        registry: &cluster::ClusterSessions,
+    ) -> Option<Recovered> {
+        // What the other nodes announced up to now must be read here
+        // first: the session's last subscriptions, or its recovery
+        // elsewhere.
+        let ends = backbone.positions().await.ok()?;
+        while !ends
+            .iter()
+            .all(|(p, end)| backbone.delivered().get(p).is_some_and(|at| at >= end))
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let entry = registry.get(key, nsp)?;
+        if !entry.complete || entry.subject.as_deref() != grants.subject() {
             return None;
         }
-        let held: HashSet<String> = self.sub.patterns().map(str::to_owned).collect();
+        // A subscription made before this node knew where the backbone
+        // stood cannot say from where it wanted messages.
+        if entry.subs.iter().any(|(_, starts)| starts.is_empty()) {
+            return None;
+        }
         let wanted: Vec<String> = entry
             .subs
             .iter()
@@ -447,61 +576,17 @@ impl SocketIoApp {
             .filter(|p| grants.may_subscribe(p))
             .collect();
         let start_seq = recovery::now(ctx.history.as_ref());
+        let dropped = self.sub.dropped();
         let o = subscriptions::subscribe(&mut self.sub, &wanted, ctx.config.max_subscriptions);
+        let mut since = Since::default();
+        for p in &o.accepted {
+            since.add(p, start_seq);
+        }
         let subs: Vec<Subscription> = entry
             .subs
             .into_iter()
             .filter(|(p, _)| o.accepted.contains(p))
             .collect();
-        let parsed: Vec<(Pattern, Positions)> = subs
-            .iter()
-            .filter_map(|(p, s)| Some((Pattern::parse(p).ok()?, s.clone())))
-            .collect();
-        let from = cluster::replay_from(&had, &subs);
-        let patterns = parsed.iter().map(|(p, _)| p.clone()).collect();
-        let replay = backbone
-            .replay(from, patterns, super::json::MAX_CLUSTER_REPLAY)
-            .await;
-        let undo = |app: &mut SocketIoApp| {
-            for p in &o.accepted {
-                if !held.contains(p) {
-                    app.sub.unsubscribe(p);
-                }
-            }
-        };
-        let replay = match replay {
-            Ok(r) => r,
-            Err(e) => {
-                debug!(error = %e, "cluster recovery: the backbone cannot replay");
-                undo(self);
-                return None;
-            }
-        };
-        let missed: Vec<SharedMessage> = replay
-            .messages
-            .into_iter()
-            .filter(|m| {
-                position(m).is_some_and(|(p, at)| cluster::wanted(&parsed, &m.topic, p, at))
-            })
-            .map(Arc::new)
-            .collect();
-        if missed.len() > MAX_REPLAY {
-            undo(self);
-            return None;
-        }
-        if self.recovery.is_none() {
-            match ctx.recovery.register_as(pid, ctx.config.max_sessions) {
-                Some(t) => self.recovery = Some(t),
-                None => {
-                    undo(self);
-                    return None;
-                }
-            }
-        }
-        let mut since = Since::default();
-        for (p, _) in &subs {
-            since.add(p, start_seq);
-        }
         self.nsps.insert(
             nsp.to_owned(),
             NspSocket {
@@ -513,27 +598,51 @@ impl SocketIoApp {
                 starts: subs.iter().cloned().collect(),
                 positions: Positions::new(),
                 replayed_to: Positions::new(),
+                announced: 0,
                 grants: grants.clone(),
-                connected: true,
+                connected: false,
             },
         );
-        // This node owns the session now; what its old node says of it
-        // later (its parked copy expired) no longer applies.
-        if let Some(u) = self.update(
-            nsp,
-            Op::Own {
-                subject: entry.subject,
-                sid: self.nsps.get(nsp).map(|n| n.sid.clone()),
-                subs,
-            },
-        ) {
-            ctx.announce(u).await;
+        if !o.refused.is_empty() {
+            return None;
+        }
+        let parsed: Vec<(Pattern, Positions)> = subs
+            .iter()
+            .filter_map(|(p, s)| Some((Pattern::parse(p).ok()?, s.clone())))
+            .collect();
+        let from = cluster::replay_from(&had, &subs);
+        let patterns = parsed.iter().map(|(p, _)| p.clone()).collect();
+        let replay = backbone
+            .replay(from.clone(), patterns, super::json::MAX_CLUSTER_REPLAY)
+            .await
+            .map_err(|e| debug!(error = %e, "cluster recovery: the backbone cannot replay"))
+            .ok()?;
+        if self.sub.dropped() != dropped {
+            // Live messages after the replay's end were lost meanwhile.
+            return None;
+        }
+        let missed: Vec<SharedMessage> = replay
+            .messages
+            .into_iter()
+            .filter(|m| {
+                position(m).is_some_and(|(p, at)| cluster::wanted(&parsed, &m.topic, p, at))
+            })
+            .map(Arc::new)
+            .collect();
+        if missed.len() > MAX_REPLAY {
+            return None;
         }
         Some(Recovered {
             missed,
             live_from: 0,
             had,
-            replayed_to: replay.ends,
+            // Only the partitions read: live messages of the others were
+            // never replayed.
+            replayed_to: replay
+                .ends
+                .into_iter()
+                .filter(|(p, _)| from.contains_key(p))
+                .collect(),
         })
     }
 
@@ -541,7 +650,7 @@ impl SocketIoApp {
         let Some(gone) = self.nsps.remove(nsp) else {
             return;
         };
-        if let Some(u) = self.update(nsp, Op::Gone) {
+        if let Some(u) = self.gone(nsp) {
             ctx.announce_now(u);
         }
         for p in gone.subscriptions.patterns() {
@@ -567,14 +676,14 @@ impl SocketIoApp {
                 // Announced before the ack: a client that saw it may
                 // count on recovering the subscription on any node.
                 if let Some(u) = update {
-                    ctx.announce(u).await;
+                    ctx.announce_now(u);
                 }
                 Some(reply)
             }
             "unsubscribe" => {
                 let (reply, update) = self.unsubscribe(&p.nsp, args);
                 if let Some(u) = update {
-                    ctx.announce(u).await;
+                    ctx.announce_now(u);
                 }
                 Some(reply)
             }
@@ -759,8 +868,8 @@ impl NspSocket {
                     if self.replayed_to.get(&p).is_some_and(|end| at < *end) {
                         return; // sent by the backbone replay
                     }
-                    let next = self.positions.entry(p).or_insert(at + 1);
-                    *next = (*next).max(at + 1);
+                    let next = self.positions.entry(p).or_insert(at.saturating_add(1));
+                    *next = (*next).max(at.saturating_add(1));
                 }
                 let seq = m.seq().unwrap_or(self.seq_floor);
                 socketio_event_with_offset_text(

@@ -50,7 +50,7 @@ pub const MAX_ENTRY_BYTES: usize = 4 << 20;
 pub const MAX_OFFSET_PARTITIONS: usize = 4096;
 
 /// What each entry costs besides its strings.
-const ENTRY_OVERHEAD: usize = 128;
+const ENTRY_OVERHEAD: usize = 256;
 
 /// A subscription and where it started, per backbone partition.
 pub type Subscription = (String, Positions);
@@ -77,6 +77,11 @@ pub struct Update {
     /// another node gets a new owner, and what its old node says later
     /// (that the parked copy expired) no longer applies.
     pub owner: String,
+    /// This owner's count of updates of this namespace, from 1 (its
+    /// CONNECT, or the `Own` of a recovery): a gap means an update was
+    /// lost (dropped by a full backbone, evicted, sent before this node
+    /// read), and a state with a gap cannot be recovered from.
+    pub version: u64,
     /// The change.
     pub op: Op,
 }
@@ -85,7 +90,8 @@ pub struct Update {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Op {
-    /// Subscriptions added (kept with their first start).
+    /// Subscriptions added (kept with their first start); none on
+    /// CONNECT.
     Add {
         /// The JWT subject the session was opened with.
         subject: Option<String>,
@@ -139,22 +145,27 @@ pub struct Entry {
     pub sid: Option<String>,
     /// Its subscriptions, in the order they were made.
     pub subs: Vec<Subscription>,
+    /// Every update of its owner since the first was applied: the state
+    /// is whole and may be recovered.
+    pub complete: bool,
+    version: u64,
     bytes: usize,
     generation: u64,
 }
 
 impl Entry {
     fn cost(&self, key: &(String, String)) -> usize {
+        // The key twice (the map and the order), maps' and strings'
+        // overheads as flat costs.
         ENTRY_OVERHEAD
-            + key.0.len()
-            + key.1.len()
+            + 2 * (key.0.len() + key.1.len())
             + self.owner.len()
             + self.subject.as_ref().map_or(0, String::len)
             + self.sid.as_ref().map_or(0, String::len)
             + self
                 .subs
                 .iter()
-                .map(|(p, s)| 32 + p.len() + 16 * s.len())
+                .map(|(p, s)| 64 + p.len() + 48 * s.len())
                 .sum::<usize>()
     }
 }
@@ -217,13 +228,22 @@ impl ClusterSessions {
             Op::Add { subject, sid, subs } => {
                 let e = inner.map.entry(key.clone()).or_insert_with(|| Entry {
                     owner: u.owner.clone(),
-                    subject: subject.clone(),
+                    subject: None,
                     sid: None,
                     subs: Vec::new(),
+                    complete: u.version == 1,
+                    version: u.version.saturating_sub(1),
                     bytes: 0,
                     generation: 0,
                 });
-                e.owner = u.owner;
+                if e.owner != u.owner {
+                    // Only `Own` moves a session to another owner.
+                    return;
+                }
+                if u.version != e.version.saturating_add(1) {
+                    e.complete = false;
+                }
+                e.version = u.version;
                 e.subject = subject;
                 e.sid = sid.or(e.sid.take());
                 for (p, start) in subs {
@@ -240,13 +260,21 @@ impl ClusterSessions {
                         subject,
                         sid,
                         subs,
+                        complete: true,
+                        version: u.version,
                         bytes: 0,
                         generation: 0,
                     },
                 );
             }
             Op::Remove { patterns } => match inner.map.get_mut(&key) {
-                Some(e) if e.owner == u.owner => e.subs.retain(|(p, _)| !patterns.contains(p)),
+                Some(e) if e.owner == u.owner => {
+                    if u.version != e.version.saturating_add(1) {
+                        e.complete = false;
+                    }
+                    e.version = u.version;
+                    e.subs.retain(|(p, _)| !patterns.contains(p));
+                }
                 _ => return,
             },
             Op::Gone => {
@@ -380,11 +408,12 @@ mod tests {
         v.iter().copied().collect()
     }
 
-    fn add(key: &str, owner: &str, subs: &[(&str, &[(i32, i64)])]) -> Update {
+    fn add(key: &str, owner: &str, version: u64, subs: &[(&str, &[(i32, i64)])]) -> Update {
         Update {
             key: key.into(),
             nsp: "/".into(),
             owner: owner.into(),
+            version,
             op: Op::Add {
                 subject: None,
                 sid: None,
@@ -395,12 +424,13 @@ mod tests {
 
     #[test]
     fn updates_survive_the_backbone_message() {
-        let u = add("k", "o", &[("news.>", &[(0, 5), (3, 7)])]);
+        let u = add("k", "o", 1, &[("news.>", &[(0, 5), (3, 7)])]);
         assert_eq!(Update::from_message(&u.to_message()), Some(u));
         let g = Update {
             key: "k".into(),
             nsp: "/a".into(),
             owner: "o".into(),
+            version: 2,
             op: Op::Gone,
         };
         assert_eq!(Update::from_message(&g.to_message()), Some(g));
@@ -413,9 +443,10 @@ mod tests {
     #[test]
     fn adds_accumulate_and_removes_and_gone_need_the_owner() {
         let r = ClusterSessions::default();
-        r.apply(add("k", "o1", &[("a", &[(0, 1)])]));
-        r.apply(add("k", "o1", &[("b", &[(0, 2)]), ("a", &[(0, 9)])]));
+        r.apply(add("k", "o1", 1, &[("a", &[(0, 1)])]));
+        r.apply(add("k", "o1", 2, &[("b", &[(0, 2)]), ("a", &[(0, 9)])]));
         let e = r.get("k", "/").unwrap();
+        assert!(e.complete);
         assert_eq!(
             e.subs,
             vec![("a".into(), pos(&[(0, 1)])), ("b".into(), pos(&[(0, 2)]))],
@@ -426,12 +457,14 @@ mod tests {
             key: "k".into(),
             nsp: "/".into(),
             owner: "o2".into(),
+            version: 1,
             op: Op::Own {
                 subject: None,
                 sid: None,
                 subs: e.subs.clone(),
             },
         });
+        r.apply(add("k", "o1", 3, &[("c", &[(0, 3)])]));
         for op in [
             Op::Remove {
                 patterns: vec!["a".into()],
@@ -442,14 +475,17 @@ mod tests {
                 key: "k".into(),
                 nsp: "/".into(),
                 owner: "o1".into(),
+                version: 4,
                 op,
             });
         }
-        assert_eq!(r.get("k", "/").unwrap().subs.len(), 2);
+        let e = r.get("k", "/").unwrap();
+        assert_eq!((e.subs.len(), e.owner.as_str()), (2, "o2"));
         r.apply(Update {
             key: "k".into(),
             nsp: "/".into(),
             owner: "o2".into(),
+            version: 2,
             op: Op::Gone,
         });
         assert!(r.get("k", "/").is_none());
@@ -457,10 +493,40 @@ mod tests {
     }
 
     #[test]
+    fn a_state_with_a_lost_update_cannot_be_recovered() {
+        let r = ClusterSessions::default();
+        // Its first update was lost (or evicted, or sent before this node
+        // read the backbone).
+        r.apply(add("k", "o", 2, &[("b", &[(0, 2)])]));
+        assert!(!r.get("k", "/").unwrap().complete);
+        // A gap in the middle.
+        r.apply(add("j", "o", 1, &[]));
+        r.apply(add("j", "o", 2, &[("a", &[(0, 1)])]));
+        assert!(r.get("j", "/").unwrap().complete);
+        r.apply(add("j", "o", 4, &[("c", &[(0, 1)])]));
+        assert!(!r.get("j", "/").unwrap().complete);
+        // A recovery's whole state makes it whole again.
+        r.apply(Update {
+            key: "j".into(),
+            nsp: "/".into(),
+            owner: "p".into(),
+            version: 1,
+            op: Op::Own {
+                subject: None,
+                sid: None,
+                subs: vec![],
+            },
+        });
+        assert!(r.get("j", "/").unwrap().complete);
+        r.apply(add("j", "p", 2, &[("d", &[])]));
+        assert!(r.get("j", "/").unwrap().complete);
+    }
+
+    #[test]
     fn the_registry_forgets_the_oldest_past_its_bytes() {
         let r = ClusterSessions::new(10_000);
         for i in 0..1000 {
-            r.apply(add(&format!("k{i}"), "o", &[("news.>", &[(0, i)])]));
+            r.apply(add(&format!("k{i}"), "o", 1, &[("news.>", &[(0, i)])]));
             assert!(r.bytes() <= 10_000);
         }
         assert!(r.get("k999", "/").is_some());
@@ -470,9 +536,9 @@ mod tests {
         let first = (0..1000)
             .find(|i| r.get(&format!("k{i}"), "/").is_some())
             .unwrap();
-        r.apply(add(&format!("k{first}"), "o", &[("more", &[])]));
+        r.apply(add(&format!("k{first}"), "o", 2, &[("more", &[])]));
         for i in 1000..1010 {
-            r.apply(add(&format!("k{i}"), "o", &[("news.>", &[(0, i)])]));
+            r.apply(add(&format!("k{i}"), "o", 1, &[("news.>", &[(0, i)])]));
         }
         assert!(r.get(&format!("k{first}"), "/").is_some());
     }

@@ -21,10 +21,12 @@ pub fn park(mut app: App, ctx: &Arc<PushContext>) {
     let window = Duration::from_millis(ctx.config.recovery_window_ms);
     let registry = ctx.recovery.clone();
     if window.is_zero() || !app.recoverable() {
+        forget(&app, ctx);
         return;
     }
     if registry.parked.inc() >= ctx.config.max_sessions as i64 {
         registry.parked.dec();
+        forget(&app, ctx);
         return;
     }
     app.detach();
@@ -33,6 +35,14 @@ pub fn park(mut app: App, ctx: &Arc<PushContext>) {
         hold(app, window, &ctx).await;
         registry.parked.dec();
     });
+}
+
+/// `app` ends for good: in cluster mode the other nodes are told, so none
+/// recovers it.
+pub fn forget(app: &App, ctx: &PushContext) {
+    if let App::SocketIo(a) = app {
+        a.announce_gone(ctx);
+    }
 }
 
 async fn hold(app: App, window: Duration, ctx: &PushContext) {
@@ -52,10 +62,8 @@ async fn hold(app: App, window: Duration, ctx: &PushContext) {
             }
             _ = sleep_until(deadline) => {
                 debug!("recovery window over; parked session dropped");
-                if let App::SocketIo(a) = &app {
-                    // Nor may another node recover it now.
-                    a.announce_gone(ctx);
-                }
+                // Nor may another node recover it now.
+                forget(&app, ctx);
                 return;
             }
             r = sub.recv_many(&mut batch, DELIVERY_BATCH) => {

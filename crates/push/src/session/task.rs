@@ -28,7 +28,7 @@ use super::flush::FlushTimer;
 use crate::app::App;
 use crate::context::PushContext;
 use crate::engineio::packet::EioPacket;
-use crate::recovery::park::park;
+use crate::recovery::park::{forget, park};
 
 /// How a session task ends, for what becomes of its state.
 enum End {
@@ -139,7 +139,10 @@ pub async fn run(
             debug!(sid = %session.sid, %reason, "engine.io session ended");
             park(app, &ctx);
         }
-        End::Fatal(reason) => debug!(sid = %session.sid, %reason, "engine.io session closed"),
+        End::Fatal(reason) => {
+            debug!(sid = %session.sid, %reason, "engine.io session closed");
+            forget(&app, &ctx);
+        }
         End::TakenOver => {
             debug!(sid = %session.sid, "engine.io session taken over by a reconnect");
             // Handed over like a parked one: nothing is sent any more until
