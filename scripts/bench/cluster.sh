@@ -12,6 +12,7 @@
 #   CLUSTER_WARMUP=0 bash scripts/bench/cluster.sh      # measure a cold broker too
 #   CLUSTER_EXTRA='linger_ms = 5' bash scripts/bench/cluster.sh   # more [cluster] keys
 #   PROFILE_DIR=/tmp/prof bash scripts/bench/cluster.sh  # perf profile of node A too
+#   PROFILE_NODE=B PROFILE_DELAY=5 ...                   # of node B instead, from 5 s into the run
 #   CLUSTER_PARTITIONS=1 bash scripts/bench/cluster.sh   # backbone partitions (default 1, as [cluster])
 #   PUSH_EXTRA='' bash scripts/bench/cluster.sh          # [push] keys of every node; by default
 #       busy_write_delay_ms = 0: that hold depends on how loaded the machine is, and the
@@ -137,9 +138,12 @@ if [ "${CLUSTER_WARMUP:-1}" != 0 ]; then
 fi
 a0=$(ticks "$A_PID"); b0=$(ticks "$B_PID"); k0=$(ticks "$KAFKA_PID")
 if [ -n "${PROFILE_DIR:-}" ]; then
-    # PROFILE_DIR=dir: also record node A's (the publishing node's) profile.
+    # PROFILE_DIR=dir: also record node A's (the publishing node's) profile,
+    # or node B's (PROFILE_NODE=B, the subscribers' node).
     mkdir -p "$PROFILE_DIR"
-    perf record -F 499 -g -p "$A_PID" -o "$PROFILE_DIR/node-a.perf.data" -- sleep 8 \
+    if [ "${PROFILE_NODE:-A}" = B ]; then PROF_PID=$B_PID; else PROF_PID=$A_PID; fi
+    (sleep "${PROFILE_DELAY:-0}"
+     perf record -F 499 -g -p "$PROF_PID" -o "$PROFILE_DIR/node-${PROFILE_NODE:-A}.perf.data" -- sleep 8) \
         > "$PROFILE_DIR/perf.log" 2>&1 &
 fi
 "$BIN" bench push --target "127.0.0.1:$PB" --publish-target "127.0.0.1:$PA" "${LOAD[@]}" --json \

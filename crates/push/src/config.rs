@@ -109,6 +109,10 @@ pub struct PushConfig {
     /// 64 per message); the oldest messages go first, whatever their
     /// topic.
     pub recovery_history_bytes: usize,
+    /// Cluster mode: bytes each node's registry of the cluster's
+    /// recoverable sessions keeps (what they subscribe to, so another node
+    /// can recover them); the least recently updated go first.
+    pub cluster_sessions_bytes: usize,
     /// Milliseconds a session holds its first pending packet so that what
     /// arrives meanwhile goes out in the same write: one websocket flush,
     /// or one long-poll answer (a GET that had to wait). Trades up to this
@@ -147,6 +151,7 @@ impl Default for PushConfig {
             recovery_window_ms: DEFAULT_RECOVERY_WINDOW_MS,
             recovery_history: DEFAULT_RECOVERY_HISTORY,
             recovery_history_bytes: DEFAULT_RECOVERY_HISTORY_BYTES,
+            cluster_sessions_bytes: crate::recovery::cluster::DEFAULT_REGISTRY_BYTES,
             write_delay_ms: DEFAULT_WRITE_DELAY_MS,
             busy_write_delay_ms: DEFAULT_BUSY_WRITE_DELAY_MS,
         }

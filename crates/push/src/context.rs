@@ -50,7 +50,7 @@ impl PushContext {
             .recovery()
             .then(|| hub.enable_history(config.history_limits()));
         let cluster_sessions = config.recovery().then(|| {
-            let sessions = Arc::new(ClusterSessions::default());
+            let sessions = Arc::new(ClusterSessions::new(config.cluster_sessions_bytes));
             let handler = sessions.clone();
             // One push server per hub: a second context (tests) keeps the
             // first's handler.

@@ -60,7 +60,7 @@ struct NspSocket {
     /// carries in its offset: just before this node's live ones.
     seq_floor: u64,
     /// Cluster mode: where each subscription started in the backbone.
-    starts: HashMap<String, Positions>,
+    starts: HashMap<String, Arc<Positions>>,
     /// Cluster mode: per backbone partition, the position after the last
     /// message of it sent (the positions part of each event's offset).
     positions: Positions,
@@ -180,11 +180,11 @@ impl SocketIoApp {
         let op = Op::Own {
             subject: n.grants.subject().map(str::to_owned),
             sid: Some(n.sid.clone()),
-            subs: n
-                .subscriptions
-                .patterns()
-                .map(|p| (p.to_owned(), n.starts.get(p).cloned().unwrap_or_default()))
-                .collect(),
+            groups: cluster::groups(
+                n.subscriptions
+                    .patterns()
+                    .map(|p| (p.to_owned(), n.starts.get(p).cloned().unwrap_or_default())),
+            ),
         };
         if let Some(u) = self.update(nsp, op) {
             ctx.announce_now(u);
@@ -566,11 +566,11 @@ impl SocketIoApp {
         }
         // A subscription made before this node knew where the backbone
         // stood cannot say from where it wanted messages.
-        if entry.subs.iter().any(|(_, starts)| starts.is_empty()) {
+        let all = entry.subs();
+        if all.iter().any(|(_, starts)| starts.is_empty()) {
             return None;
         }
-        let wanted: Vec<String> = entry
-            .subs
+        let wanted: Vec<String> = all
             .iter()
             .map(|(p, _)| p.clone())
             .filter(|p| grants.may_subscribe(p))
@@ -582,8 +582,7 @@ impl SocketIoApp {
         for p in &o.accepted {
             since.add(p, start_seq);
         }
-        let subs: Vec<Subscription> = entry
-            .subs
+        let subs: Vec<Subscription> = all
             .into_iter()
             .filter(|(p, _)| o.accepted.contains(p))
             .collect();
@@ -606,7 +605,7 @@ impl SocketIoApp {
         if !o.refused.is_empty() {
             return None;
         }
-        let parsed: Vec<(Pattern, Positions)> = subs
+        let parsed: Vec<(Pattern, Arc<Positions>)> = subs
             .iter()
             .filter_map(|(p, s)| Some((Pattern::parse(p).ok()?, s.clone())))
             .collect();
@@ -743,10 +742,10 @@ impl SocketIoApp {
         // Read before subscribing: what the node delivers after this
         // position reaches the new subscriptions (a little before it may
         // too; a replay then gives it again rather than miss it).
-        let starts = match (self.cluster, ctx.hub.backbone()) {
+        let starts = Arc::new(match (self.cluster, ctx.hub.backbone()) {
             (true, Some(b)) => b.delivered(),
             _ => Positions::new(),
-        };
+        });
         let Some(sock) = self.nsps.get_mut(nsp) else {
             return (Value::Null, None);
         };
@@ -759,27 +758,25 @@ impl SocketIoApp {
             pattern,
             reason: "not allowed by the token".into(),
         }));
-        let mut added = Vec::new();
         for p in &o.accepted {
             sock.subscriptions.add(p, from);
             if self.cluster {
-                let start = sock
-                    .starts
+                sock.starts
                     .entry(p.clone())
                     .or_insert_with(|| starts.clone());
-                added.push((p.clone(), start.clone()));
             }
         }
         let sid = sock.sid.clone();
         let subject = sock.grants.subject().map(str::to_owned);
-        let update = match added.is_empty() {
+        let update = match o.accepted.is_empty() || !self.cluster {
             true => None,
             false => self.update(
                 nsp,
                 Op::Add {
                     subject,
                     sid: Some(sid),
-                    subs: added,
+                    start: Arc::unwrap_or_clone(starts),
+                    patterns: o.accepted.clone(),
                 },
             ),
         };

@@ -36,8 +36,9 @@ use sha2::{Digest, Sha256};
 use tidegate_hub::backbone::{Positions, SESSIONS_TOPIC};
 use tidegate_hub::{Message, Pattern};
 
-/// Bytes the registry keeps over all sessions (oldest updated go first).
-pub const MAX_REGISTRY_BYTES: usize = 32 << 20;
+/// Default bytes the registry keeps over all sessions (oldest updated go
+/// first): about 2 million subscriptions of 20-byte patterns.
+pub const DEFAULT_REGISTRY_BYTES: usize = 128 << 20;
 
 /// Largest update read from the backbone; bigger ones are ignored.
 pub const MAX_UPDATE_BYTES: usize = 1 << 20;
@@ -53,7 +54,28 @@ pub const MAX_OFFSET_PARTITIONS: usize = 4096;
 const ENTRY_OVERHEAD: usize = 256;
 
 /// A subscription and where it started, per backbone partition.
-pub type Subscription = (String, Positions);
+pub type Subscription = (String, Arc<Positions>);
+
+/// Subscriptions made together (one subscribe request): where they
+/// started, once, and their patterns.
+pub type Group = (Positions, Vec<String>);
+
+/// `subs` gathered by shared start (one group per subscribe request).
+pub fn groups(subs: impl IntoIterator<Item = Subscription>) -> Vec<Group> {
+    let mut out: Vec<(Arc<Positions>, Vec<String>)> = Vec::new();
+    for (p, start) in subs {
+        match out
+            .iter_mut()
+            .find(|(s, _)| Arc::ptr_eq(s, &start) || **s == *start)
+        {
+            Some((_, ps)) => ps.push(p),
+            None => out.push((start, vec![p])),
+        }
+    }
+    out.into_iter()
+        .map(|(s, ps)| (Arc::unwrap_or_clone(s), ps))
+        .collect()
+}
 
 /// The registry key of session `pid`: its SHA-256, hex, first 128 bits.
 pub fn key_of(pid: &str) -> String {
@@ -90,24 +112,26 @@ pub struct Update {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Op {
-    /// Subscriptions added (kept with their first start); none on
-    /// CONNECT.
+    /// Subscriptions added together (a pattern already held keeps its
+    /// first start).
     Add {
         /// The JWT subject the session was opened with.
         subject: Option<String>,
         /// The namespace's socket id (kept across a recovery).
         sid: Option<String>,
-        /// The patterns and where each started.
-        subs: Vec<Subscription>,
+        /// Where they started.
+        start: Positions,
+        /// The patterns.
+        patterns: Vec<String>,
     },
-    /// The whole state, from a node that recovered the session.
+    /// The whole state, after a CONNECT or a recovery.
     Own {
         /// The JWT subject.
         subject: Option<String>,
         /// The socket id.
         sid: Option<String>,
-        /// Every subscription.
-        subs: Vec<Subscription>,
+        /// Every subscription, by start.
+        groups: Vec<Group>,
     },
     /// Subscriptions removed.
     Remove {
@@ -143,8 +167,10 @@ pub struct Entry {
     pub subject: Option<String>,
     /// Its socket id.
     pub sid: Option<String>,
-    /// Its subscriptions, in the order they were made.
-    pub subs: Vec<Subscription>,
+    /// Its subscriptions: pattern → index in `starts`.
+    patterns: HashMap<String, usize>,
+    /// Where its subscriptions started, one per subscribe request.
+    starts: Vec<Arc<Positions>>,
     /// Every update of its owner since the first was applied: the state
     /// is whole and may be recovered.
     pub complete: bool,
@@ -154,6 +180,42 @@ pub struct Entry {
 }
 
 impl Entry {
+    fn new(owner: String, version: u64) -> Entry {
+        Entry {
+            owner,
+            subject: None,
+            sid: None,
+            patterns: HashMap::new(),
+            starts: Vec::new(),
+            complete: version == 1,
+            version: version.saturating_sub(1),
+            bytes: 0,
+            generation: 0,
+        }
+    }
+
+    fn add(&mut self, start: Positions, patterns: Vec<String>) {
+        let at = self.starts.len();
+        let mut used = false;
+        for p in patterns {
+            if let std::collections::hash_map::Entry::Vacant(v) = self.patterns.entry(p) {
+                v.insert(at);
+                used = true;
+            }
+        }
+        if used {
+            self.starts.push(Arc::new(start));
+        }
+    }
+
+    /// Its subscriptions, each with where it started.
+    pub fn subs(&self) -> Vec<Subscription> {
+        self.patterns
+            .iter()
+            .map(|(p, i)| (p.clone(), self.starts[*i].clone()))
+            .collect()
+    }
+
     fn cost(&self, key: &(String, String)) -> usize {
         // The key twice (the map and the order), maps' and strings'
         // overheads as flat costs.
@@ -162,11 +224,8 @@ impl Entry {
             + self.owner.len()
             + self.subject.as_ref().map_or(0, String::len)
             + self.sid.as_ref().map_or(0, String::len)
-            + self
-                .subs
-                .iter()
-                .map(|(p, s)| 64 + p.len() + 48 * s.len())
-                .sum::<usize>()
+            + self.patterns.keys().map(|p| 48 + p.len()).sum::<usize>()
+            + self.starts.iter().map(|s| 32 + 48 * s.len()).sum::<usize>()
     }
 }
 
@@ -191,7 +250,7 @@ pub struct ClusterSessions {
 
 impl Default for ClusterSessions {
     fn default() -> Self {
-        ClusterSessions::new(MAX_REGISTRY_BYTES)
+        ClusterSessions::new(DEFAULT_REGISTRY_BYTES)
     }
 }
 
@@ -225,17 +284,16 @@ impl ClusterSessions {
         let key = (u.key, u.nsp);
         let old = inner.map.get(&key).map(|e| e.bytes).unwrap_or(0);
         match u.op {
-            Op::Add { subject, sid, subs } => {
-                let e = inner.map.entry(key.clone()).or_insert_with(|| Entry {
-                    owner: u.owner.clone(),
-                    subject: None,
-                    sid: None,
-                    subs: Vec::new(),
-                    complete: u.version == 1,
-                    version: u.version.saturating_sub(1),
-                    bytes: 0,
-                    generation: 0,
-                });
+            Op::Add {
+                subject,
+                sid,
+                start,
+                patterns,
+            } => {
+                let e = inner
+                    .map
+                    .entry(key.clone())
+                    .or_insert_with(|| Entry::new(u.owner.clone(), u.version));
                 if e.owner != u.owner {
                     // Only `Own` moves a session to another owner.
                     return;
@@ -246,26 +304,21 @@ impl ClusterSessions {
                 e.version = u.version;
                 e.subject = subject;
                 e.sid = sid.or(e.sid.take());
-                for (p, start) in subs {
-                    if !e.subs.iter().any(|(q, _)| *q == p) {
-                        e.subs.push((p, start));
-                    }
-                }
+                e.add(start, patterns);
             }
-            Op::Own { subject, sid, subs } => {
-                inner.map.insert(
-                    key.clone(),
-                    Entry {
-                        owner: u.owner,
-                        subject,
-                        sid,
-                        subs,
-                        complete: true,
-                        version: u.version,
-                        bytes: 0,
-                        generation: 0,
-                    },
-                );
+            Op::Own {
+                subject,
+                sid,
+                groups,
+            } => {
+                let mut e = Entry::new(u.owner, 1);
+                e.version = u.version;
+                e.subject = subject;
+                e.sid = sid;
+                for (start, patterns) in groups {
+                    e.add(start, patterns);
+                }
+                inner.map.insert(key.clone(), e);
             }
             Op::Remove { patterns } => match inner.map.get_mut(&key) {
                 Some(e) if e.owner == u.owner => {
@@ -273,7 +326,9 @@ impl ClusterSessions {
                         e.complete = false;
                     }
                     e.version = u.version;
-                    e.subs.retain(|(p, _)| !patterns.contains(p));
+                    for p in &patterns {
+                        e.patterns.remove(p);
+                    }
                 }
                 _ => return,
             },
@@ -379,7 +434,7 @@ pub fn parse_offset(s: &str) -> (u64, Positions) {
 pub fn replay_from(had: &Positions, subs: &[Subscription]) -> Positions {
     let mut from = Positions::new();
     for (_, starts) in subs {
-        for (p, at) in starts {
+        for (p, at) in starts.iter() {
             let e = from.entry(*p).or_insert(*at);
             *e = (*e).min(*at);
         }
@@ -394,7 +449,7 @@ pub fn replay_from(had: &Positions, subs: &[Subscription]) -> Positions {
 /// Whether one of `subs` wanted a message on `topic` at position `at` of
 /// partition `p`: it matches and was in place by then (a subscription
 /// with no start for `p` wanted all of it).
-pub fn wanted(subs: &[(Pattern, Positions)], topic: &str, p: i32, at: i64) -> bool {
+pub fn wanted(subs: &[(Pattern, Arc<Positions>)], topic: &str, p: i32, at: i64) -> bool {
     subs.iter()
         .any(|(pat, starts)| pat.matches(topic) && starts.get(&p).is_none_or(|s| at >= *s))
 }
@@ -417,9 +472,15 @@ mod tests {
             op: Op::Add {
                 subject: None,
                 sid: None,
-                subs: subs.iter().map(|(p, s)| (p.to_string(), pos(s))).collect(),
+                start: pos(subs.first().map_or(&[][..], |(_, s)| s)),
+                patterns: subs.iter().map(|(p, _)| p.to_string()).collect(),
             },
         }
+    }
+
+    fn sorted(mut subs: Vec<Subscription>) -> Vec<(String, Positions)> {
+        subs.sort();
+        subs.into_iter().map(|(p, s)| (p, (*s).clone())).collect()
     }
 
     #[test]
@@ -444,11 +505,11 @@ mod tests {
     fn adds_accumulate_and_removes_and_gone_need_the_owner() {
         let r = ClusterSessions::default();
         r.apply(add("k", "o1", 1, &[("a", &[(0, 1)])]));
-        r.apply(add("k", "o1", 2, &[("b", &[(0, 2)]), ("a", &[(0, 9)])]));
+        r.apply(add("k", "o1", 2, &[("b", &[(0, 2)]), ("a", &[(0, 2)])]));
         let e = r.get("k", "/").unwrap();
         assert!(e.complete);
         assert_eq!(
-            e.subs,
+            sorted(e.subs()),
             vec![("a".into(), pos(&[(0, 1)])), ("b".into(), pos(&[(0, 2)]))],
             "a pattern keeps its first start"
         );
@@ -461,7 +522,7 @@ mod tests {
             op: Op::Own {
                 subject: None,
                 sid: None,
-                subs: e.subs.clone(),
+                groups: groups(e.subs()),
             },
         });
         r.apply(add("k", "o1", 3, &[("c", &[(0, 3)])]));
@@ -480,7 +541,7 @@ mod tests {
             });
         }
         let e = r.get("k", "/").unwrap();
-        assert_eq!((e.subs.len(), e.owner.as_str()), (2, "o2"));
+        assert_eq!((e.subs().len(), e.owner.as_str()), (2, "o2"));
         r.apply(Update {
             key: "k".into(),
             nsp: "/".into(),
@@ -514,7 +575,7 @@ mod tests {
             op: Op::Own {
                 subject: None,
                 sid: None,
-                subs: vec![],
+                groups: vec![],
             },
         });
         assert!(r.get("j", "/").unwrap().complete);
@@ -546,14 +607,14 @@ mod tests {
     #[test]
     fn a_replay_starts_after_what_the_client_had_and_not_before_its_subscriptions() {
         let subs = vec![
-            ("a".to_string(), pos(&[(0, 100), (1, 50)])),
-            ("b".to_string(), pos(&[(0, 200), (1, 60)])),
+            ("a".to_string(), Arc::new(pos(&[(0, 100), (1, 50)]))),
+            ("b".to_string(), Arc::new(pos(&[(0, 200), (1, 60)]))),
         ];
         assert_eq!(
             replay_from(&pos(&[(0, 150)]), &subs),
             pos(&[(0, 150), (1, 50)])
         );
-        let parsed: Vec<(Pattern, Positions)> = subs
+        let parsed: Vec<(Pattern, Arc<Positions>)> = subs
             .iter()
             .map(|(p, s)| (Pattern::parse(p).unwrap(), s.clone()))
             .collect();
@@ -562,6 +623,41 @@ mod tests {
         assert!(wanted(&parsed, "b", 0, 200));
         assert!(!wanted(&parsed, "c", 0, 300));
         assert!(wanted(&parsed, "a", 7, 0), "no start for 7: all of it");
+    }
+
+    #[test]
+    fn subscriptions_made_together_share_their_start() {
+        let a = Arc::new(pos(&[(0, 1)]));
+        let b = Arc::new(pos(&[(0, 2)]));
+        let g = groups([
+            ("x".to_string(), a.clone()),
+            ("y".to_string(), b.clone()),
+            ("z".to_string(), a.clone()),
+        ]);
+        assert_eq!(
+            g,
+            vec![
+                (pos(&[(0, 1)]), vec!["x".to_string(), "z".to_string()]),
+                (pos(&[(0, 2)]), vec!["y".to_string()]),
+            ]
+        );
+        // An entry of 10,000 subscriptions in one request costs one start.
+        let r = ClusterSessions::default();
+        let many: Vec<String> = (0..10_000).map(|i| format!("t.{i}")).collect();
+        r.apply(Update {
+            key: "k".into(),
+            nsp: "/".into(),
+            owner: "o".into(),
+            version: 1,
+            op: Op::Add {
+                subject: None,
+                sid: None,
+                start: pos(&[(0, 5), (1, 6), (2, 7)]),
+                patterns: many,
+            },
+        });
+        assert!(r.bytes() < 10_000 * 64, "{}", r.bytes());
+        assert_eq!(r.get("k", "/").unwrap().subs().len(), 10_000);
     }
 
     #[test]
