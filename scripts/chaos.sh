@@ -11,8 +11,9 @@
 # Producers: Fluency → Forward (node 0), the NiFi S2S client → S2S (node 1,
 # then the next node after a failure), Python PUTs with ack=2&from=3 → KV
 # (round robin over the nodes). Subscribers: socket.io-client sessions, two
-# per node, that move to the next node when theirs drops. Every event has a
-# unique id; each producer logs what it got acknowledged.
+# per node, that reconnect to the next node when theirs drops, and are
+# recovered there (connection state recovery from the backbone). Every
+# event has a unique id; each producer logs what it got acknowledged.
 #
 # At the end it reads the Kafka sink topic back with the stock Java consumer
 # and GETs every acknowledged KV key on a quorum, and prints per source:
@@ -30,6 +31,8 @@
 # faults), CHAOS_KILL_DOWN, CHAOS_BROKER_DOWN, CHAOS_STOP_SECS,
 # CHAOS_DISK_FULL, CHAOS_DISK_MB, CHAOS_RSS_MB, CHAOS_FWD_RATE (records/s),
 # CHAOS_S2S_TX (transactions/s of 10), CHAOS_KV_RATE (PUTs/s).
+# CHAOS_RECOVERY_WINDOW_MS: the nodes' [push] recovery_window_ms (default
+# 60000; 0 turns recovery off, and a subscriber that moves starts afresh).
 # CHAOS_SINK_EXTRA: more lines for every node's [sinks.kafka] section
 # (e.g. a librdkafka debug property with RUST_LOG=warn,librdkafka=debug);
 # CHAOS_KEEP=1 keeps the work directory (logs) and prints its path.
@@ -145,6 +148,8 @@ brokers = "$KAFKA_BOOTSTRAP"
 node = "chaos-$i"
 topic = "chaos-backbone"
 partitions = 4
+[push]
+recovery_window_ms = ${CHAOS_RECOVERY_WINDOW_MS:-60000}
 [sinks.kafka]
 brokers = "$KAFKA_BOOTSTRAP"
 topic = "chaos-sink"
@@ -181,6 +186,17 @@ start_node() {
 }
 for i in 0 1 2; do start_node "$i"; done
 log "nodes up: http ${HTTP[*]}, forward ${FWD[*]}, s2s ${RAW[*]}"
+# Every node reads the backbone before the subscribers come: a node knows
+# the sessions announced while it reads (so it can recover them), and a
+# subscription made before its node reads cannot say where it started.
+for i in 0 1 2; do
+    for t in $(seq 1 600); do
+        curl -sf "http://127.0.0.1:${HTTP[$i]}/metrics" | grep -q '^tidegate_cluster_partitions 4$' && break
+        [ "$t" = 600 ] && { echo "node $i never read the backbone" >&2; exit 1; }
+        sleep 0.1
+    done
+done
+log "every node reads the backbone"
 
 # RSS of every node every 0.5 s: "<ms> <node> <kB>".
 (

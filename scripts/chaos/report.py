@@ -86,6 +86,8 @@ def main():
     # between its first and last one that it did not see.
     seen = defaultdict(lambda: {"forward": Counter(), "s2s": Counter()})
     moves = Counter()
+    reconnects = Counter()
+    connected = set()
     seq_re = re.compile(r'"seq":(\d+)')
     s2s_re = re.compile(r"s2s-(\d+)")
     for line in lines(f"{work}/subs.log"):
@@ -100,6 +102,12 @@ def main():
                     seen[k]["s2s"][int(x)] += 1
         elif p[0] == "D":
             moves[p[1]] += 1
+        elif p[0] == "C":
+            # A session's first connect is fresh by nature; later ones
+            # are reconnects, recovered or not.
+            if p[1] in connected:
+                reconnects[line.split()[-1]] += 1
+            connected.add(p[1])
     # Acknowledged events that no session saw although some session was
     # subscribed before and after them: lost on the way to every
     # subscriber (the backbone), not by one session's move. With the ack
@@ -144,11 +152,12 @@ def main():
         if missing[s]:
             failures.append(f"{s}: {missing[s]} acknowledged events missing downstream")
     print()
-    print("| subscribers (socket.io-client) | sessions | events received (unique per session) | acknowledged but missed, within each session's span | duplicates | node moves |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| subscribers (socket.io-client) | sessions | events received (unique per session) | acknowledged but missed, within each session's span | duplicates | node moves | reconnects recovered / fresh |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    fresh = reconnects["fresh"]
     for s, name in src[:2]:
         n, got, gaps, dup = sub[s]
-        print(f"| {name.split(' →')[0]} events | {n} | {got:,} | {gaps:,} | {dup} | {sum(moves.values())} |")
+        print(f"| {name.split(' →')[0]} events | {n} | {got:,} | {gaps:,} | {dup} | {sum(moves.values())} | {reconnects['recovered']} / {fresh} |")
 
     for s in ("forward", "s2s"):
         ids = lost_to_all[s]

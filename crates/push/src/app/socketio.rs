@@ -500,7 +500,10 @@ impl SocketIoApp {
         let registry = ctx.cluster_sessions.as_ref()?.clone();
         let backbone = ctx.hub.backbone()?.clone();
         let key = cluster::key_of(pid);
-        registry.get(&key, nsp)?;
+        if registry.get(&key, nsp).is_none() {
+            debug!(nsp, "cluster recovery: no such session in the registry");
+            return None;
+        }
         // Reserve the id first: the replay is the expensive part.
         let ticket = match self.recovery.take() {
             Some(t) => t,
@@ -518,7 +521,10 @@ impl SocketIoApp {
                 self.announce_state(nsp, ctx);
                 Some(r)
             }
-            _ => {
+            failed => {
+                if failed.is_err() {
+                    debug!(nsp, "cluster recovery: not recovered in time");
+                }
                 // Put back what this session was (a fresh one drops the
                 // reserved id).
                 if same {
@@ -553,21 +559,33 @@ impl SocketIoApp {
         // What the other nodes announced up to now must be read here
         // first: the session's last subscriptions, or its recovery
         // elsewhere.
-        let ends = backbone.positions().await.ok()?;
+        let not = |why: &str| debug!(nsp, why, "cluster recovery: not recovered");
+        let ends = match backbone.positions().await {
+            Ok(e) => e,
+            Err(e) => {
+                not(&e);
+                return None;
+            }
+        };
         while !ends
             .iter()
             .all(|(p, end)| backbone.delivered().get(p).is_some_and(|at| at >= end))
         {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        let entry = registry.get(key, nsp)?;
+        let Some(entry) = registry.get(key, nsp) else {
+            not("the session left the registry");
+            return None;
+        };
         if !entry.complete || entry.subject.as_deref() != grants.subject() {
+            not("the registry's state is not whole, or another subject");
             return None;
         }
         // A subscription made before this node knew where the backbone
         // stood cannot say from where it wanted messages.
         let all = entry.subs();
         if all.iter().any(|(_, starts)| starts.is_empty()) {
+            not("a subscription without a start");
             return None;
         }
         let wanted: Vec<String> = all
@@ -603,6 +621,7 @@ impl SocketIoApp {
             },
         );
         if !o.refused.is_empty() {
+            not("a subscription cannot be put back");
             return None;
         }
         let parsed: Vec<(Pattern, Arc<Positions>)> = subs
@@ -614,10 +633,11 @@ impl SocketIoApp {
         let replay = backbone
             .replay(from.clone(), patterns, super::json::MAX_CLUSTER_REPLAY)
             .await
-            .map_err(|e| debug!(error = %e, "cluster recovery: the backbone cannot replay"))
+            .map_err(|e| not(&e))
             .ok()?;
         if self.sub.dropped() != dropped {
             // Live messages after the replay's end were lost meanwhile.
+            not("live messages were dropped during the replay");
             return None;
         }
         let missed: Vec<SharedMessage> = replay
@@ -629,6 +649,7 @@ impl SocketIoApp {
             .map(Arc::new)
             .collect();
         if missed.len() > MAX_REPLAY {
+            not("more to replay than a session's outbox holds");
             return None;
         }
         Some(Recovered {
