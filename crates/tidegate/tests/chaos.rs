@@ -6,7 +6,9 @@
 //! non-zero when anything a client was acknowledged for is missing
 //! downstream (the Kafka sink topic read back with the Java consumer, KV
 //! keys read on a quorum), a producer could not finish, a node died, or a
-//! node's RSS passed its bound; this test fails then, with the table.
+//! node's RSS passed its bound; this test fails then, with the table. It
+//! also fails when none of the killed node's socket.io-client sessions was
+//! recovered on the node it reconnected to.
 //!
 //! Peers: scripts/setup/kafka.sh (broker, Fluency), scripts/setup/s2s.sh
 //! (NiFi S2S client), scripts/setup/push.sh (socket.io-client); the disk
@@ -55,4 +57,20 @@ fn a_short_chaos_run_loses_nothing_acknowledged() {
             "{source}: only {acked} acknowledged:\n{stdout}"
         );
     }
+    // The subscribers of the killed node reconnected elsewhere and were
+    // recovered there (cluster-wide connection state recovery).
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("| Fluency events"))
+        .unwrap_or_else(|| panic!("no subscriber row:\n{stdout}"));
+    let recovered: u64 = row
+        .rsplit('|')
+        .nth(1)
+        .and_then(|c| c.split('/').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no recovered count in {row}"));
+    assert!(
+        recovered >= 1,
+        "no subscriber recovered on another node:\n{stdout}"
+    );
 }
