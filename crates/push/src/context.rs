@@ -91,9 +91,11 @@ impl PushContext {
     /// update is dropped, and the nodes see the gap in the session's
     /// update count and refuse to recover it rather than recover it
     /// partly ([`crate::recovery::cluster::Update::version`]).
-    pub fn announce_now(&self, update: Update) {
-        if let (true, Some(b)) = (self.cluster_recovery(), self.hub.backbone()) {
-            let _ = b.try_send(Arc::new(update.to_message()));
+    /// False when it was dropped.
+    pub fn announce_now(&self, update: Update) -> bool {
+        match (self.cluster_recovery(), self.hub.backbone()) {
+            (true, Some(b)) => b.try_send(Arc::new(update.to_message())).is_ok(),
+            _ => true,
         }
     }
 

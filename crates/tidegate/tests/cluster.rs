@@ -182,11 +182,8 @@ fn sequence(events: &[(String, serde_json::Value)], topic: &str) -> Vec<u64> {
         .collect()
 }
 
-/// Waits until both nodes read the backbone, connects a subscriber to
-/// `news.>` on each, and publishes warm-ups until both see one (readers
-/// start at the end of the backbone, which they resolve on their first
-/// fetch); the warm-ups are drained.
-fn ready_cluster(nodes: &[(&Served, SocketAddr); 2]) -> (Subscriber, Subscriber) {
+/// Waits until every node of `nodes` reads the backbone's 4 partitions.
+fn wait_until_reading(nodes: &[(&Served, SocketAddr)]) {
     let deadline = Instant::now() + Duration::from_secs(60);
     for (n, http) in nodes {
         while metric(*http, "tidegate_cluster_partitions") < 4.0 {
@@ -198,6 +195,14 @@ fn ready_cluster(nodes: &[(&Served, SocketAddr); 2]) -> (Subscriber, Subscriber)
             std::thread::sleep(Duration::from_millis(200));
         }
     }
+}
+
+/// Waits until both nodes read the backbone, connects a subscriber to
+/// `news.>` on each, and publishes warm-ups until both see one (readers
+/// start at the end of the backbone, which they resolve on their first
+/// fetch); the warm-ups are drained.
+fn ready_cluster(nodes: &[(&Served, SocketAddr); 2]) -> (Subscriber, Subscriber) {
+    wait_until_reading(nodes);
     let subs = (
         subscriber(nodes[0].1, "news.>"),
         subscriber(nodes[1].1, "news.>"),
@@ -454,17 +459,7 @@ async fn a_ws_client_that_loses_its_node_recovers_what_it_missed_on_another() {
     let (a, http_a) = node_on("rec-a", &bootstrap, topic);
     let (mut b, http_b) = node_on("rec-b", &bootstrap, topic);
     let (c, http_c) = node_on("rec-c", &bootstrap, topic);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    for (n, http) in [(&a, http_a), (&b, http_b), (&c, http_c)] {
-        while metric(http, "tidegate_cluster_partitions") < 4.0 {
-            assert!(
-                Instant::now() < deadline,
-                "no backbone reader; log:\n{}",
-                n.log()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
+    wait_until_reading(&[(&a, http_a), (&b, http_b), (&c, http_c)]);
 
     // On node B: subscribe, asking where in the history it starts.
     let mut client = WsClient::connect(http_b).await;
@@ -585,6 +580,8 @@ fn what_a_stopping_node_still_holds_in_bundles_reaches_the_other_nodes() {
 struct Balancer {
     addr: SocketAddr,
     target: std::sync::Arc<std::sync::Mutex<SocketAddr>>,
+    /// The client side of every connection it proxied.
+    open: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
 }
 
 impl Balancer {
@@ -592,10 +589,14 @@ impl Balancer {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let target = std::sync::Arc::new(std::sync::Mutex::new(target));
-        let now = target.clone();
+        let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (now, opened) = (target.clone(), open.clone());
         std::thread::spawn(move || {
             for client in listener.incoming().map_while(Result::ok) {
                 let to = *now.lock().unwrap();
+                if let Ok(c) = client.try_clone() {
+                    opened.lock().unwrap().push(c);
+                }
                 std::thread::spawn(move || {
                     let Ok(node) = std::net::TcpStream::connect(to) else {
                         return;
@@ -611,11 +612,18 @@ impl Balancer {
                 });
             }
         });
-        Balancer { addr, target }
+        Balancer { addr, target, open }
     }
 
     fn point_at(&self, node: SocketAddr) {
         *self.target.lock().unwrap() = node;
+    }
+
+    /// Cuts every connection it proxies (a network blip: the node lives on).
+    fn cut(&self) {
+        for c in self.open.lock().unwrap().drain(..) {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
     }
 }
 
@@ -628,17 +636,7 @@ fn a_socketio_client_that_loses_its_node_recovers_what_it_missed_on_another() {
     let (a, http_a) = node_with("sio-a", &bootstrap, topic, push);
     let (mut b, http_b) = node_with("sio-b", &bootstrap, topic, push);
     let (c, http_c) = node_with("sio-c", &bootstrap, topic, push);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    for (n, http) in [(&a, http_a), (&b, http_b), (&c, http_c)] {
-        while metric(http, "tidegate_cluster_partitions") < 4.0 {
-            assert!(
-                Instant::now() < deadline,
-                "no backbone reader; log:\n{}",
-                n.log()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
+    wait_until_reading(&[(&a, http_a), (&b, http_b), (&c, http_c)]);
 
     // A stock socket.io-client, behind the balancer, served by node B.
     let balancer = Balancer::to(http_b);
@@ -686,12 +684,7 @@ fn a_socketio_client_that_loses_its_node_recovers_what_it_missed_on_another() {
             }
         }
     };
-    let seq = |got: &[serde_json::Value]| -> Vec<u64> {
-        got.iter()
-            .filter(|v| v["event"] == "news.r")
-            .map(|v| v["payload"]["i"].as_u64().unwrap())
-            .collect()
-    };
+    let seq = news_r;
     read(Duration::from_secs(20), &mut got);
     assert!(
         got.iter().any(|v| v["ready"] == true),
@@ -722,90 +715,147 @@ fn a_socketio_client_that_loses_its_node_recovers_what_it_missed_on_another() {
         "cluster offsets carry the backbone positions: {offset}"
     );
 
-    // Node B dies; what is published meanwhile is missed. Then the
-    // balancer sends the client's reconnect to node C.
-    b.child.kill().unwrap();
-    b.child.wait().unwrap();
-    for i in 10..20 {
-        publish(http_a, "news.r", &format!("{{\"i\":{i}}}"));
-    }
-    let before_reconnect = got.len();
-    balancer.point_at(http_c);
-    let deadline = Instant::now() + Duration::from_secs(40);
-    while !got[before_reconnect..].iter().any(|v| v["connect"] == true) {
-        assert!(
-            Instant::now() < deadline,
-            "the client did not reconnect: {:?}; log of C:\n{}",
-            &got[before_reconnect..],
-            c.log()
-        );
-        read(Duration::from_millis(500), &mut got);
-    }
-    let connect = got[before_reconnect..]
-        .iter()
-        .find(|v| v["connect"] == true)
-        .unwrap()
-        .clone();
-    assert_eq!(
-        connect["recovered"],
-        true,
-        "the session is recovered on node C; log of C:\n{}",
-        c.log()
-    );
-    for i in 20..25 {
-        publish(http_a, "news.r", &format!("{{\"i\":{i}}}"));
-    }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while seq(&got).len() < 25 && Instant::now() < deadline {
-        read(Duration::from_millis(300), &mut got);
-    }
-    // Anything more would be a duplicate.
-    read(Duration::from_secs(1), &mut got);
-    assert_eq!(
-        seq(&got),
-        (0..25).collect::<Vec<_>>(),
-        "missed messages replayed from the backbone, then live ones, each once, in order; log of C:\n{}",
-        c.log()
+    // Node B dies, then node C (node C announced the session it recovered
+    // as its own, so node A recovers it in turn).
+    let mut c = c;
+    recover_after_kill(
+        &mut b,
+        &balancer,
+        (http_c, &c),
+        http_a,
+        10..20,
+        20..25,
+        &mut got,
+        &read,
     );
     assert_eq!(metric(http_c, "tidegate_push_recovered_total"), 1.0);
 
-    // Node C dies too: node C announced the recovered session as its own,
-    // so node A recovers it in turn.
-    let mut c = c;
-    let before_reconnect = got.len();
-    balancer.point_at(http_a);
-    c.child.kill().unwrap();
-    c.child.wait().unwrap();
-    for i in 25..30 {
-        publish(http_a, "news.r", &format!("{{\"i\":{i}}}"));
-    }
-    let deadline = Instant::now() + Duration::from_secs(40);
-    while !got[before_reconnect..].iter().any(|v| v["connect"] == true) {
-        assert!(
-            Instant::now() < deadline,
-            "no second reconnect; log of A:\n{}",
-            a.log()
+    // A blip sends the client to node A and back to node C, which still
+    // parks its copy of the session; node A owns the session since, so
+    // node C's copy is stale and node C recovers the session from the
+    // backbone instead, with what was missed meanwhile.
+    let mut next = 25;
+    for (to, node) in [(http_a, &a), (http_c, &c)] {
+        let before = got.len();
+        balancer.point_at(to);
+        balancer.cut();
+        for i in next..next + 5 {
+            publish(http_a, "news.r", &format!("{{\"i\":{i}}}"));
+        }
+        next += 5;
+        let deadline = Instant::now() + Duration::from_secs(40);
+        while !got[before..].iter().any(|v| v["connect"] == true) {
+            assert!(
+                Instant::now() < deadline,
+                "no reconnect to {to}: {:?}",
+                &got[before..]
+            );
+            read(Duration::from_millis(300), &mut got);
+        }
+        let connect = got[before..].iter().find(|v| v["connect"] == true).unwrap();
+        assert_eq!(
+            connect["recovered"],
+            true,
+            "recovered on {to}; log:\n{}",
+            node.log()
         );
-        read(Duration::from_millis(500), &mut got);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while seq(&got).len() < next as usize && Instant::now() < deadline {
+            read(Duration::from_millis(300), &mut got);
+        }
+        read(Duration::from_secs(1), &mut got);
+        assert_eq!(
+            seq(&got),
+            (0..next).collect::<Vec<_>>(),
+            "after the blip to {to}; log:\n{}",
+            node.log()
+        );
     }
-    let connect = got[before_reconnect..]
-        .iter()
-        .find(|v| v["connect"] == true)
-        .unwrap();
-    assert_eq!(connect["recovered"], true, "log of A:\n{}", a.log());
-    for i in 30..35 {
-        publish(http_a, "news.r", &format!("{{\"i\":{i}}}"));
-    }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while seq(&got).len() < 35 && Instant::now() < deadline {
-        read(Duration::from_millis(300), &mut got);
-    }
-    read(Duration::from_secs(1), &mut got);
+
+    // Each move went through the backbone, the return to node C too.
+    let from_backbone = "tidegate_push_recovered_from_backbone_total";
+    assert_eq!(metric(http_a, from_backbone), 1.0);
     assert_eq!(
-        seq(&got),
-        (0..35).collect::<Vec<_>>(),
-        "log of A:\n{}",
-        a.log()
+        metric(http_c, from_backbone),
+        2.0,
+        "node C resumed its stale copy"
+    );
+
+    // Node C dies: node A recovers the session in turn.
+    recover_after_kill(
+        &mut c,
+        &balancer,
+        (http_a, &a),
+        http_a,
+        35..40,
+        40..45,
+        &mut got,
+        &read,
     );
     drop(client);
+}
+
+/// The `i` of every `news.r` event a recovering subscriber printed.
+fn news_r(got: &[serde_json::Value]) -> Vec<u64> {
+    got.iter()
+        .filter(|v| v["event"] == "news.r")
+        .map(|v| v["payload"]["i"].as_u64().unwrap())
+        .collect()
+}
+
+/// Kills `dying`, publishes `missed` on `publish_to` meanwhile, points the
+/// balancer at `to`, waits for the subscriber's reconnect there and checks
+/// it was recovered, publishes `live`, and checks that every `news.r` so
+/// far arrived once and in order.
+#[allow(clippy::too_many_arguments)]
+fn recover_after_kill(
+    dying: &mut Served,
+    balancer: &Balancer,
+    (to, to_node): (SocketAddr, &Served),
+    publish_to: SocketAddr,
+    missed: std::ops::Range<u64>,
+    live: std::ops::Range<u64>,
+    got: &mut Vec<serde_json::Value>,
+    read: &dyn Fn(Duration, &mut Vec<serde_json::Value>),
+) {
+    dying.child.kill().unwrap();
+    dying.child.wait().unwrap();
+    for i in missed {
+        publish(publish_to, "news.r", &format!("{{\"i\":{i}}}"));
+    }
+    let before = got.len();
+    balancer.point_at(to);
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while !got[before..].iter().any(|v| v["connect"] == true) {
+        assert!(
+            Instant::now() < deadline,
+            "the client did not reconnect: {:?}; log of {to}:\n{}",
+            &got[before..],
+            to_node.log()
+        );
+        read(Duration::from_millis(500), got);
+    }
+    let connect = got[before..].iter().find(|v| v["connect"] == true).unwrap();
+    assert_eq!(
+        connect["recovered"],
+        true,
+        "the session is recovered on {to}; log:\n{}",
+        to_node.log()
+    );
+    let end = live.end;
+    for i in live {
+        publish(publish_to, "news.r", &format!("{{\"i\":{i}}}"));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while news_r(got).len() < end as usize && Instant::now() < deadline {
+        read(Duration::from_millis(300), got);
+    }
+    // Anything more would be a duplicate.
+    read(Duration::from_secs(1), got);
+    assert_eq!(
+        news_r(got),
+        (0..end).collect::<Vec<_>>(),
+        "missed messages replayed from the backbone, then live ones, each once, in order; log of {to}:\n{}",
+        to_node.log()
+    );
 }

@@ -69,6 +69,9 @@ struct NspSocket {
     replayed_to: Positions,
     /// Cluster mode: the version of its last announcement.
     announced: u64,
+    /// Cluster mode: its last announcement was dropped (the backbone was
+    /// full), so the next one carries the whole state.
+    dirty: bool,
     grants: Grants,
     /// Events are sent: false while parked and, after a recovery, until the
     /// client CONNECTs this namespace again.
@@ -88,6 +91,8 @@ pub struct SocketIoApp {
     cluster: bool,
     /// This incarnation of the session, in what is announced.
     owner: String,
+    /// The cluster backbone (cluster mode).
+    backbone: Option<Arc<dyn tidegate_hub::Backbone>>,
 }
 
 /// How long a recovery from the backbone may take: well within the ping
@@ -132,6 +137,7 @@ impl SocketIoApp {
             recovery: None,
             cluster: ctx.cluster_recovery(),
             owner: new_sid(),
+            backbone: ctx.hub.backbone().cloned(),
         }
     }
 
@@ -141,6 +147,41 @@ impl SocketIoApp {
             (Some(_), false) => Offsets::Seq,
             (Some(_), true) => Offsets::Cluster,
         }
+    }
+
+    /// Announces a change to namespace `nsp` (recoverable sessions in
+    /// cluster mode only). After an announcement the backbone could not
+    /// take, the next one is the whole state instead: the registry's copy
+    /// is whole again from there.
+    fn announce(&mut self, nsp: &str, op: Op, ctx: &PushContext) {
+        let dirty = self.nsps.get(nsp).is_some_and(|n| n.dirty);
+        let op = match dirty {
+            true => match self.state(nsp) {
+                Some(own) => own,
+                None => return,
+            },
+            false => op,
+        };
+        if let Some(u) = self.update(nsp, op) {
+            let sent = ctx.announce_now(u);
+            if let Some(n) = self.nsps.get_mut(nsp) {
+                n.dirty = !sent;
+            }
+        }
+    }
+
+    /// Namespace `nsp`'s whole state, as an `Own`.
+    fn state(&self, nsp: &str) -> Option<Op> {
+        let n = self.nsps.get(nsp)?;
+        Some(Op::Own {
+            subject: n.grants.subject().map(str::to_owned),
+            sid: Some(n.sid.clone()),
+            groups: cluster::groups(
+                n.subscriptions
+                    .patterns()
+                    .map(|p| (p.to_owned(), n.starts.get(p).cloned().unwrap_or_default())),
+            ),
+        })
     }
 
     /// The next announcement about namespace `nsp` of this session (`Own`
@@ -176,18 +217,8 @@ impl SocketIoApp {
     /// Announces namespace `nsp`'s whole state (after a fresh CONNECT or
     /// a recovery from the backbone): from now on this session owns it.
     fn announce_state(&mut self, nsp: &str, ctx: &PushContext) {
-        let Some(n) = self.nsps.get(nsp) else { return };
-        let op = Op::Own {
-            subject: n.grants.subject().map(str::to_owned),
-            sid: Some(n.sid.clone()),
-            groups: cluster::groups(
-                n.subscriptions
-                    .patterns()
-                    .map(|p| (p.to_owned(), n.starts.get(p).cloned().unwrap_or_default())),
-            ),
-        };
-        if let Some(u) = self.update(nsp, op) {
-            ctx.announce_now(u);
+        if let Some(op) = self.state(nsp) {
+            self.announce(nsp, op, ctx);
         }
     }
 
@@ -334,6 +365,7 @@ impl SocketIoApp {
         if self.recovery.is_none() && ctx.config.recovery() {
             self.recovery = ctx.recovery.register(ctx.config.max_sessions);
         }
+        let tag = cluster::owner_tag(&self.owner).to_owned();
         let sock = match self.nsps.get_mut(&p.nsp) {
             Some(sock) if replay.is_some() => sock,
             Some(sock) => {
@@ -351,6 +383,7 @@ impl SocketIoApp {
                 positions: Positions::new(),
                 replayed_to: Positions::new(),
                 announced: 0,
+                dirty: false,
                 grants: grants.clone(),
                 connected: true,
             }),
@@ -377,7 +410,7 @@ impl SocketIoApp {
                 false => Offsets::Seq,
             };
             for m in &r.missed {
-                sock.send(m, offsets, s.transport(), &mut out);
+                sock.send(m, offsets, &tag, s.transport(), &mut out);
             }
             // Set after the replay, which is all before it: live messages
             // before these ends were replayed, and the client has
@@ -410,11 +443,12 @@ impl SocketIoApp {
         grants: &Grants,
         ctx: &PushContext,
     ) -> Option<Recovered> {
-        let (seq, had) = cluster::parse_offset(offset);
-        if let Some(r) = self.recover_here(pid, seq, &had, nsp, grants, ctx).await {
+        let o = cluster::parse_offset(offset);
+        if let Some(r) = self.recover_here(pid, &o, nsp, grants, ctx).await {
             return Some(r);
         }
-        self.recover_elsewhere(pid, had, nsp, grants, ctx).await
+        self.recover_elsewhere(pid, o.positions, nsp, grants, ctx)
+            .await
     }
 
     /// [`SocketIoApp::recover`] from a session this node holds (live or
@@ -422,13 +456,13 @@ impl SocketIoApp {
     async fn recover_here(
         &mut self,
         pid: &str,
-        seq: u64,
-        had: &Positions,
+        offset: &cluster::ClientOffset,
         nsp: &str,
         grants: &Grants,
         ctx: &PushContext,
     ) -> Option<Recovered> {
         let history = ctx.history.as_ref()?;
+        let (seq, had) = (offset.seq, &offset.positions);
         let missed = |app: &SocketIoApp| {
             let n = app
                 .nsps
@@ -460,10 +494,21 @@ impl SocketIoApp {
                 // another node since: then this copy is stale (its
                 // subscriptions and sequence are not the client's).
                 let stale = old.cluster
-                    && ctx.cluster_sessions.as_ref().is_some_and(|r| {
-                        r.get(&cluster::key_of(pid), nsp)
-                            .is_some_and(|e| e.owner != old.owner)
-                    });
+                    && (offset
+                        .tag
+                        .as_deref()
+                        .is_some_and(|t| t != cluster::owner_tag(&old.owner))
+                        || ctx.cluster_sessions.as_ref().is_some_and(|r| {
+                            r.get(&cluster::key_of(pid), nsp)
+                                .is_some_and(|e| e.owner != old.owner)
+                        })
+                        // The client lost part of a replay from the
+                        // backbone: that part is in no history here.
+                        || old.nsps.get(nsp).is_some_and(|n| {
+                            n.replayed_to
+                                .iter()
+                                .any(|(p, end)| had.get(p).is_none_or(|h| h < end))
+                        }));
                 if stale {
                     return None;
                 }
@@ -504,6 +549,10 @@ impl SocketIoApp {
             debug!(nsp, "cluster recovery: no such session in the registry");
             return None;
         }
+        let Ok(_permit) = registry.recoveries.try_acquire() else {
+            debug!(nsp, "cluster recovery: too many at once");
+            return None;
+        };
         // Reserve the id first: the replay is the expensive part.
         let ticket = match self.recovery.take() {
             Some(t) => t,
@@ -519,6 +568,7 @@ impl SocketIoApp {
             Ok(Some(r)) => {
                 self.recovery = Some(ticket);
                 self.announce_state(nsp, ctx);
+                ctx.recovery.count_from_backbone();
                 Some(r)
             }
             failed => {
@@ -616,6 +666,7 @@ impl SocketIoApp {
                 positions: Positions::new(),
                 replayed_to: Positions::new(),
                 announced: 0,
+                dirty: false,
                 grants: grants.clone(),
                 connected: false,
             },
@@ -692,18 +743,17 @@ impl SocketIoApp {
         };
         let reply: Option<Value> = match name {
             "subscribe" => {
-                let (reply, update) = self.subscribe(&p.nsp, args, ctx);
-                // Announced before the ack: a client that saw it may
-                // count on recovering the subscription on any node.
-                if let Some(u) = update {
-                    ctx.announce_now(u);
+                let (reply, change) = self.subscribe(&p.nsp, args, ctx);
+                // Queued to the backbone before the ack goes out.
+                if let Some(op) = change {
+                    self.announce(&p.nsp, op, ctx);
                 }
                 Some(reply)
             }
             "unsubscribe" => {
-                let (reply, update) = self.unsubscribe(&p.nsp, args);
-                if let Some(u) = update {
-                    ctx.announce_now(u);
+                let (reply, change) = self.unsubscribe(&p.nsp, args);
+                if let Some(op) = change {
+                    self.announce(&p.nsp, op, ctx);
                 }
                 Some(reply)
             }
@@ -754,12 +804,7 @@ impl SocketIoApp {
 
     /// Subscribes namespace `nsp`; the answer, and in cluster mode what to
     /// announce.
-    fn subscribe(
-        &mut self,
-        nsp: &str,
-        args: &[Value],
-        ctx: &PushContext,
-    ) -> (Value, Option<Update>) {
+    fn subscribe(&mut self, nsp: &str, args: &[Value], ctx: &PushContext) -> (Value, Option<Op>) {
         // Read before subscribing: what the node delivers after this
         // position reaches the new subscriptions (a little before it may
         // too; a replay then gives it again rather than miss it).
@@ -791,22 +836,19 @@ impl SocketIoApp {
         let subject = sock.grants.subject().map(str::to_owned);
         let update = match o.accepted.is_empty() || !self.cluster {
             true => None,
-            false => self.update(
-                nsp,
-                Op::Add {
-                    subject,
-                    sid: Some(sid),
-                    start: Arc::unwrap_or_clone(starts),
-                    patterns: o.accepted.clone(),
-                },
-            ),
+            false => Some(Op::Add {
+                subject,
+                sid: Some(sid),
+                start: Arc::unwrap_or_clone(starts),
+                patterns: o.accepted.clone(),
+            }),
         };
         (outcome_json(&o), update)
     }
 
     /// Unsubscribes namespace `nsp`; the answer, and in cluster mode what
     /// to announce.
-    fn unsubscribe(&mut self, nsp: &str, args: &[Value]) -> (Value, Option<Update>) {
+    fn unsubscribe(&mut self, nsp: &str, args: &[Value]) -> (Value, Option<Op>) {
         let patterns = pattern_list(args);
         let mut o = Outcome::default();
         for p in patterns {
@@ -826,14 +868,11 @@ impl SocketIoApp {
             }
             o.accepted.push(p);
         }
-        let update = match o.accepted.is_empty() {
+        let update = match o.accepted.is_empty() || !self.cluster {
             true => None,
-            false => self.update(
-                nsp,
-                Op::Remove {
-                    patterns: o.accepted.clone(),
-                },
-            ),
+            false => Some(Op::Remove {
+                patterns: o.accepted.clone(),
+            }),
         };
         (outcome_json(&o), update)
     }
@@ -856,13 +895,31 @@ impl SocketIoApp {
             .count()
             == 1;
         let offsets = self.offsets();
+        // Cluster mode: how far the node had fanned each partition out
+        // before this batch was taken. Once the queue is empty, everything
+        // before it is sent, so the session's positions may move up to it
+        // even in partitions it got nothing from — a later replay then
+        // reads from there, not from when the session subscribed.
+        let floor = match (offsets, &self.backbone) {
+            (Offsets::Cluster, Some(b)) => Some(b.delivered()),
+            _ => None,
+        };
+        let tag = cluster::owner_tag(&self.owner);
         for m in msgs {
             for n in self.nsps.values_mut() {
                 if n.subscriptions.is_empty() || !(single || n.subscriptions.matches(&m.topic)) {
                     continue;
                 }
                 if n.connected && m.seq().is_none_or(|s| s >= n.live_from) {
-                    n.send(m, offsets, transport, out);
+                    n.send(m, offsets, tag, transport, out);
+                }
+            }
+        }
+        if let (Some(floor), true) = (floor, self.sub.is_empty()) {
+            for n in self.nsps.values_mut().filter(|n| n.connected) {
+                for (p, at) in &floor {
+                    let e = n.positions.entry(*p).or_insert(*at);
+                    *e = (*e).max(*at);
                 }
             }
         }
@@ -875,6 +932,7 @@ impl NspSocket {
         &mut self,
         m: &Message,
         offsets: Offsets,
+        tag: &str,
         transport: Transport,
         out: &mut Vec<Outgoing>,
     ) {
@@ -892,7 +950,7 @@ impl NspSocket {
                 let seq = m.seq().unwrap_or(self.seq_floor);
                 socketio_event_with_offset_text(
                     &cached_socketio_event(m, &self.name),
-                    &cluster::encode_offset(seq, &self.positions),
+                    &cluster::encode_offset(seq, tag, &self.positions),
                 )
             }
         };

@@ -239,11 +239,19 @@ struct Inner {
     generation: u64,
 }
 
+/// Most recoveries from the backbone at once on one node: each reads the
+/// backbone with a consumer of its own, and a node's death sends all its
+/// clients to the others at once. Past it a client starts afresh.
+pub const MAX_CONCURRENT_RECOVERIES: usize = 8;
+
 /// The sessions other nodes (and this one) announced, bounded by bytes.
 #[derive(Debug)]
 pub struct ClusterSessions {
     inner: Mutex<Inner>,
     max_bytes: usize,
+    /// Recoveries from the backbone running now (at most
+    /// [`MAX_CONCURRENT_RECOVERIES`]).
+    pub recoveries: tokio::sync::Semaphore,
     /// Session namespaces known (`tidegate_push_cluster_sessions`).
     pub known: Gauge,
 }
@@ -260,6 +268,7 @@ impl ClusterSessions {
         ClusterSessions {
             inner: Mutex::new(Inner::default()),
             max_bytes,
+            recoveries: tokio::sync::Semaphore::new(MAX_CONCURRENT_RECOVERIES),
             known: Gauge::default(),
         }
     }
@@ -395,10 +404,22 @@ impl ClusterSessions {
     }
 }
 
-/// The offset a cluster-mode event carries: `seq;p:pos,p:pos`.
-pub fn encode_offset(seq: u64, positions: &Positions) -> String {
-    let mut s = String::with_capacity(24 + 24 * positions.len());
-    let _ = write!(s, "{seq};");
+/// Characters of a session's owner id an offset carries ([`owner_tag`]).
+pub const OWNER_TAG_LEN: usize = 8;
+
+/// The part of owner id `owner` an offset carries: enough to tell this
+/// incarnation of a session from another.
+pub fn owner_tag(owner: &str) -> &str {
+    owner.get(..OWNER_TAG_LEN).unwrap_or(owner)
+}
+
+/// The offset a cluster-mode event carries: `seq~tag;p:pos,p:pos` — the
+/// hub sequence of the node that sent it, which incarnation of the session
+/// sent it ([`owner_tag`]; a sequence means something only there), and the
+/// backbone positions.
+pub fn encode_offset(seq: u64, tag: &str, positions: &Positions) -> String {
+    let mut s = String::with_capacity(32 + 24 * positions.len());
+    let _ = write!(s, "{seq}~{tag};");
     for (i, (p, at)) in positions.iter().enumerate() {
         if i > 0 {
             s.push(',');
@@ -408,11 +429,26 @@ pub fn encode_offset(seq: u64, positions: &Positions) -> String {
     s
 }
 
-/// An offset a client sent back: the hub sequence and the backbone
-/// positions (none in a single-node offset, `17`). What does not parse
-/// counts as nothing received: a clean replay or none, never a panic.
-pub fn parse_offset(s: &str) -> (u64, Positions) {
-    let (seq, rest) = s.split_once(';').unwrap_or((s, ""));
+/// What a client's offset says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientOffset {
+    /// The hub sequence of its last event.
+    pub seq: u64,
+    /// Which incarnation of the session sent it (cluster mode).
+    pub tag: Option<String>,
+    /// Its backbone positions (cluster mode).
+    pub positions: Positions,
+}
+
+/// An offset a client sent back: `17` (single node) or
+/// `17~tag;p:pos,…` ([`encode_offset`]). What does not parse counts as
+/// nothing received: a clean replay or none, never a panic.
+pub fn parse_offset(s: &str) -> ClientOffset {
+    let (head, rest) = s.split_once(';').unwrap_or((s, ""));
+    let (seq, tag) = match head.split_once('~') {
+        Some((seq, tag)) => (seq, Some(tag.chars().take(OWNER_TAG_LEN).collect())),
+        None => (head, None),
+    };
     let seq = seq.parse().unwrap_or(0);
     let mut positions = Positions::new();
     for part in rest.split(',').take(MAX_OFFSET_PARTITIONS) {
@@ -425,7 +461,11 @@ pub fn parse_offset(s: &str) -> (u64, Positions) {
             }
         }
     }
-    (seq, positions)
+    ClientOffset {
+        seq,
+        tag,
+        positions,
+    }
 }
 
 /// Where a replay for subscriptions `subs`, of a client that had
@@ -662,20 +702,30 @@ mod tests {
 
     #[test]
     fn hostile_offsets_parse_to_something_bounded() {
-        assert_eq!(parse_offset("17"), (17, Positions::new()));
-        assert_eq!(parse_offset(""), (0, Positions::new()));
-        assert_eq!(parse_offset("x;0:-1,:,5:9,a:b"), (0, pos(&[(5, 9)])));
+        let plain = |seq, positions| ClientOffset {
+            seq,
+            tag: None,
+            positions,
+        };
+        assert_eq!(parse_offset("17"), plain(17, Positions::new()));
+        assert_eq!(parse_offset(""), plain(0, Positions::new()));
+        assert_eq!(parse_offset("x;0:-1,:,5:9,a:b"), plain(0, pos(&[(5, 9)])));
+        let tagged = parse_offset("3~abcdefghijk;1:2");
+        assert_eq!((tagged.seq, tagged.tag.as_deref()), (3, Some("abcdefgh")));
         let huge: String = (0..10_000).map(|i| format!("{i}:1,")).collect();
         assert_eq!(
-            parse_offset(&format!("1;{huge}")).1.len(),
+            parse_offset(&format!("1;{huge}")).positions.len(),
             MAX_OFFSET_PARTITIONS
         );
     }
 
     proptest! {
         #[test]
-        fn offsets_round_trip(seq in any::<u64>(), v in proptest::collection::btree_map(0i32..1000, 0i64..i64::MAX, 0..20)) {
-            prop_assert_eq!(parse_offset(&encode_offset(seq, &v)), (seq, v));
+        fn offsets_round_trip(seq in any::<u64>(), tag in "[A-Za-z0-9_-]{8}", v in proptest::collection::btree_map(0i32..1000, 0i64..i64::MAX, 0..20)) {
+            prop_assert_eq!(
+                parse_offset(&encode_offset(seq, &tag, &v)),
+                ClientOffset { seq, tag: Some(tag.clone()), positions: v }
+            );
         }
 
         #[test]

@@ -128,6 +128,7 @@ pub struct RecoveryRegistry {
     map: Mutex<HashMap<String, Arc<RecoveryHandle>>>,
     pub(crate) parked: Gauge,
     recovered: Counter,
+    recovered_from_backbone: Counter,
     not_recovered: Counter,
 }
 
@@ -143,6 +144,11 @@ impl RecoveryRegistry {
             "push_recovered",
             "Reconnects that recovered their session (connection state recovery)",
             self.recovered.clone(),
+        );
+        m.register(
+            "push_recovered_from_backbone",
+            "Of the recovered reconnects, those of a session another node served, recovered from the cluster backbone",
+            self.recovered_from_backbone.clone(),
         );
         m.register(
             "push_not_recovered",
@@ -222,6 +228,17 @@ impl RecoveryRegistry {
     /// Reconnects that asked for recovery and started afresh.
     pub fn not_recovered(&self) -> u64 {
         self.not_recovered.get()
+    }
+
+    /// Counts a recovery of a session another node served (besides
+    /// [`RecoveryRegistry::count`]).
+    pub fn count_from_backbone(&self) {
+        self.recovered_from_backbone.inc();
+    }
+
+    /// Reconnects recovered from the backbone so far.
+    pub fn recovered_from_backbone(&self) -> u64 {
+        self.recovered_from_backbone.get()
     }
 
     /// Counts one recovery attempt's outcome.
