@@ -62,16 +62,20 @@ pub type Group = (Positions, Vec<String>);
 
 /// `subs` gathered by shared start (one group per subscribe request).
 pub fn groups(subs: impl IntoIterator<Item = Subscription>) -> Vec<Group> {
+    // By the shared start itself (one per subscribe request), not by value:
+    // a lookup per subscription instead of a comparison with every group.
+    let mut at: HashMap<*const Positions, usize> = HashMap::new();
     let mut out: Vec<(Arc<Positions>, Vec<String>)> = Vec::new();
     for (p, start) in subs {
-        match out
-            .iter_mut()
-            .find(|(s, _)| Arc::ptr_eq(s, &start) || **s == *start)
-        {
-            Some((_, ps)) => ps.push(p),
-            None => out.push((start, vec![p])),
+        match at.get(&Arc::as_ptr(&start)) {
+            Some(&i) => out[i].1.push(p),
+            None => {
+                at.insert(Arc::as_ptr(&start), out.len());
+                out.push((start, vec![p]));
+            }
         }
     }
+    drop(at);
     out.into_iter()
         .map(|(s, ps)| (Arc::unwrap_or_clone(s), ps))
         .collect()
@@ -169,8 +173,9 @@ pub struct Entry {
     pub sid: Option<String>,
     /// Its subscriptions: pattern → index in `starts`.
     patterns: HashMap<String, usize>,
-    /// Where its subscriptions started, one per subscribe request.
-    starts: Vec<Arc<Positions>>,
+    /// Where its subscriptions started, one per subscribe request, with
+    /// how many of its patterns still use it (an unused one is emptied).
+    starts: Vec<(Arc<Positions>, usize)>,
     /// Every update of its owner since the first was applied: the state
     /// is whole and may be recovered.
     pub complete: bool,
@@ -196,15 +201,27 @@ impl Entry {
 
     fn add(&mut self, start: Positions, patterns: Vec<String>) {
         let at = self.starts.len();
-        let mut used = false;
+        let mut used = 0;
         for p in patterns {
             if let std::collections::hash_map::Entry::Vacant(v) = self.patterns.entry(p) {
                 v.insert(at);
-                used = true;
+                used += 1;
             }
         }
-        if used {
-            self.starts.push(Arc::new(start));
+        if used > 0 {
+            self.starts.push((Arc::new(start), used));
+        }
+    }
+
+    fn remove(&mut self, pattern: &str) {
+        let Some(i) = self.patterns.remove(pattern) else {
+            return;
+        };
+        if let Some((start, refs)) = self.starts.get_mut(i) {
+            *refs -= 1;
+            if *refs == 0 {
+                *start = Arc::default();
+            }
         }
     }
 
@@ -212,7 +229,7 @@ impl Entry {
     pub fn subs(&self) -> Vec<Subscription> {
         self.patterns
             .iter()
-            .map(|(p, i)| (p.clone(), self.starts[*i].clone()))
+            .map(|(p, i)| (p.clone(), self.starts[*i].0.clone()))
             .collect()
     }
 
@@ -225,7 +242,11 @@ impl Entry {
             + self.subject.as_ref().map_or(0, String::len)
             + self.sid.as_ref().map_or(0, String::len)
             + self.patterns.keys().map(|p| 48 + p.len()).sum::<usize>()
-            + self.starts.iter().map(|s| 32 + 48 * s.len()).sum::<usize>()
+            + self
+                .starts
+                .iter()
+                .map(|(s, _)| 32 + 48 * s.len())
+                .sum::<usize>()
     }
 }
 
@@ -336,7 +357,7 @@ impl ClusterSessions {
                     }
                     e.version = u.version;
                     for p in &patterns {
-                        e.patterns.remove(p);
+                        e.remove(p);
                     }
                 }
                 _ => return,
@@ -698,6 +719,37 @@ mod tests {
         });
         assert!(r.bytes() < 10_000 * 64, "{}", r.bytes());
         assert_eq!(r.get("k", "/").unwrap().subs().len(), 10_000);
+    }
+
+    #[test]
+    fn a_session_that_keeps_subscribing_and_unsubscribing_stays_small() {
+        let r = ClusterSessions::default();
+        r.apply(add("k", "o", 1, &[]));
+        for v in 0..2_000u64 {
+            let p = format!("t.{v}");
+            r.apply(Update {
+                key: "k".into(),
+                nsp: "/".into(),
+                owner: "o".into(),
+                version: 2 + 2 * v,
+                op: Op::Add {
+                    subject: None,
+                    sid: None,
+                    start: pos(&[(0, 1), (1, 2), (2, 3), (3, 4)]),
+                    patterns: vec![p.clone()],
+                },
+            });
+            r.apply(Update {
+                key: "k".into(),
+                nsp: "/".into(),
+                owner: "o".into(),
+                version: 3 + 2 * v,
+                op: Op::Remove { patterns: vec![p] },
+            });
+        }
+        let e = r.get("k", "/").unwrap();
+        assert!(e.complete && e.subs().is_empty());
+        assert!(r.bytes() < 2_000 * 64, "{}", r.bytes());
     }
 
     #[test]
