@@ -93,6 +93,10 @@ pub struct SocketIoApp {
     owner: String,
     /// The cluster backbone (cluster mode).
     backbone: Option<Arc<dyn tidegate_hub::Backbone>>,
+    /// A failed recovery's subscriptions were undone while their messages
+    /// may still be queued: deliveries are matched against each
+    /// namespace's subscriptions until the queue has been empty once.
+    unmatched_queued: bool,
 }
 
 /// How long a recovery from the backbone may take: well within the ping
@@ -138,6 +142,7 @@ impl SocketIoApp {
             cluster: ctx.cluster_recovery(),
             owner: new_sid(),
             backbone: ctx.hub.backbone().cloned(),
+            unmatched_queued: false,
         }
     }
 
@@ -586,6 +591,9 @@ impl SocketIoApp {
                             self.sub.unsubscribe(p);
                         }
                     }
+                    // Its messages may still be queued: match every one
+                    // until the queue has been empty once.
+                    self.unmatched_queued = true;
                 }
                 None
             }
@@ -888,12 +896,13 @@ impl SocketIoApp {
     ) {
         // The common case: one namespace holds every subscription, so no
         // pattern needs matching here (the hub did it).
-        let single = self
-            .nsps
-            .values()
-            .filter(|n| !n.subscriptions.is_empty())
-            .count()
-            == 1;
+        let single = !self.unmatched_queued
+            && self
+                .nsps
+                .values()
+                .filter(|n| !n.subscriptions.is_empty())
+                .count()
+                == 1;
         let offsets = self.offsets();
         // Cluster mode: how far the node had fanned each partition out
         // before this batch was taken. Once the queue is empty, everything
@@ -914,6 +923,9 @@ impl SocketIoApp {
                     n.send(m, offsets, tag, transport, out);
                 }
             }
+        }
+        if self.sub.is_empty() {
+            self.unmatched_queued = false;
         }
         if let (Some(floor), true) = (floor, self.sub.is_empty()) {
             for n in self.nsps.values_mut().filter(|n| n.connected) {
