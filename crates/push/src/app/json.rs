@@ -22,10 +22,7 @@ use crate::delivery::{cached_ws_message, cached_ws_message_with_offset, is_binar
 use crate::recovery::{self, RecoveryHandle, Since, Ticket};
 use crate::ws::protocol::{decode, positions as parse_positions, ClientOp};
 
-/// Most backbone messages one cluster recovery may read (all partitions
-/// together, matching or not): a client further behind is refused and
-/// starts over.
-pub const MAX_CLUSTER_REPLAY: usize = 100_000;
+pub use crate::recovery::MAX_CLUSTER_REPLAY;
 
 /// A frame for the client.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -86,12 +86,10 @@ pub struct SocketIoApp {
     pending: Option<BinaryAssembler>,
     /// The session's id for recovery, with recovery on.
     recovery: Option<Ticket>,
-    /// Events carry cluster offsets and subscriptions are announced
-    /// ([`PushContext::cluster_recovery`]).
-    cluster: bool,
     /// This incarnation of the session, in what is announced.
     owner: String,
-    /// The cluster backbone (cluster mode).
+    /// The cluster backbone, when events carry cluster offsets and
+    /// subscriptions are announced ([`PushContext::cluster_recovery`]).
     backbone: Option<Arc<dyn tidegate_hub::Backbone>>,
     /// A failed recovery's subscriptions were undone while their messages
     /// may still be queued: deliveries are matched against each
@@ -139,15 +137,24 @@ impl SocketIoApp {
             nsps: HashMap::new(),
             pending: None,
             recovery: None,
-            cluster: ctx.cluster_recovery(),
             owner: new_sid(),
-            backbone: ctx.hub.backbone().cloned(),
+            backbone: ctx
+                .hub
+                .backbone()
+                .filter(|_| ctx.cluster_recovery())
+                .cloned(),
             unmatched_queued: false,
         }
     }
 
+    /// Cluster mode with recovery on: events carry cluster offsets and
+    /// subscriptions are announced.
+    fn cluster(&self) -> bool {
+        self.backbone.is_some()
+    }
+
     fn offsets(&self) -> Offsets {
-        match (&self.recovery, self.cluster) {
+        match (&self.recovery, self.cluster()) {
             (None, _) => Offsets::None,
             (Some(_), false) => Offsets::Seq,
             (Some(_), true) => Offsets::Cluster,
@@ -192,7 +199,7 @@ impl SocketIoApp {
     /// The next announcement about namespace `nsp` of this session (`Own`
     /// starts its count afresh). None unless recoverable in cluster mode.
     fn update(&mut self, nsp: &str, op: Op) -> Option<Update> {
-        let t = self.recovery.as_ref().filter(|_| self.cluster)?;
+        let t = self.recovery.as_ref().filter(|_| self.cluster())?;
         let n = self.nsps.get_mut(nsp)?;
         n.announced = match op {
             Op::Own { .. } => 1,
@@ -209,7 +216,7 @@ impl SocketIoApp {
 
     /// That namespace `nsp` of this session is gone.
     fn gone(&self, nsp: &str) -> Option<Update> {
-        let t = self.recovery.as_ref().filter(|_| self.cluster)?;
+        let t = self.recovery.as_ref().filter(|_| self.cluster())?;
         Some(Update {
             key: cluster::key_of(t.pid()),
             nsp: nsp.to_owned(),
@@ -410,7 +417,7 @@ impl SocketIoApp {
         if let Some(r) = replay {
             sock.live_from = r.live_from;
             sock.positions = r.had;
-            let offsets = match self.cluster {
+            let offsets = match self.backbone.is_some() {
                 true => Offsets::Cluster,
                 false => Offsets::Seq,
             };
@@ -498,7 +505,7 @@ impl SocketIoApp {
                 // In cluster mode the client may have been recovered on
                 // another node since: then this copy is stale (its
                 // subscriptions and sequence are not the client's).
-                let stale = old.cluster
+                let stale = old.cluster()
                     && (offset
                         .tag
                         .as_deref()
@@ -544,11 +551,11 @@ impl SocketIoApp {
     ) -> Option<Recovered> {
         let same = self.recovery.as_ref().is_some_and(|t| t.pid() == pid);
         let fresh = self.nsps.is_empty() && self.recovery.is_none();
-        if !self.cluster || self.nsps.contains_key(nsp) || !(same || fresh) {
+        if !self.cluster() || self.nsps.contains_key(nsp) || !(same || fresh) {
             return None;
         }
         let registry = ctx.cluster_sessions.as_ref()?.clone();
-        let backbone = ctx.hub.backbone()?.clone();
+        let backbone = self.backbone.clone()?;
         let key = cluster::key_of(pid);
         if registry.get(&key, nsp).is_none() {
             debug!(nsp, "cluster recovery: no such session in the registry");
@@ -690,7 +697,7 @@ impl SocketIoApp {
         let from = cluster::replay_from(&had, &subs);
         let patterns = parsed.iter().map(|(p, _)| p.clone()).collect();
         let replay = backbone
-            .replay(from.clone(), patterns, super::json::MAX_CLUSTER_REPLAY)
+            .replay(from.clone(), patterns, recovery::MAX_CLUSTER_REPLAY)
             .await
             .map_err(|e| not(&e))
             .ok()?;
@@ -816,10 +823,11 @@ impl SocketIoApp {
         // Read before subscribing: what the node delivers after this
         // position reaches the new subscriptions (a little before it may
         // too; a replay then gives it again rather than miss it).
-        let starts = Arc::new(match (self.cluster, ctx.hub.backbone()) {
-            (true, Some(b)) => b.delivered(),
-            _ => Positions::new(),
-        });
+        let starts = Arc::new(
+            self.backbone
+                .as_ref()
+                .map_or_else(Positions::new, |b| b.delivered()),
+        );
         let Some(sock) = self.nsps.get_mut(nsp) else {
             return (Value::Null, None);
         };
@@ -834,7 +842,7 @@ impl SocketIoApp {
         }));
         for p in &o.accepted {
             sock.subscriptions.add(p, from);
-            if self.cluster {
+            if self.backbone.is_some() {
                 sock.starts
                     .entry(p.clone())
                     .or_insert_with(|| starts.clone());
@@ -842,7 +850,7 @@ impl SocketIoApp {
         }
         let sid = sock.sid.clone();
         let subject = sock.grants.subject().map(str::to_owned);
-        let update = match o.accepted.is_empty() || !self.cluster {
+        let update = match o.accepted.is_empty() || !self.cluster() {
             true => None,
             false => Some(Op::Add {
                 subject,
@@ -876,7 +884,7 @@ impl SocketIoApp {
             }
             o.accepted.push(p);
         }
-        let update = match o.accepted.is_empty() || !self.cluster {
+        let update = match o.accepted.is_empty() || !self.cluster() {
             true => None,
             false => Some(Op::Remove {
                 patterns: o.accepted.clone(),

@@ -48,6 +48,11 @@ use crate::session::engine::OUTBOX_HARD_LIMIT;
 /// event takes two packets), or the session would close itself.
 pub const MAX_REPLAY: usize = OUTBOX_HARD_LIMIT / 2 - 64;
 
+/// Most backbone messages one cluster recovery may read (all partitions
+/// together, matching or not), `/ws` or Socket.IO: a client further behind
+/// is refused and starts over.
+pub const MAX_CLUSTER_REPLAY: usize = 100_000;
+
 /// The history's next sequence, for a subscription made now (0 without a
 /// history).
 pub fn now(history: Option<&Arc<History>>) -> u64 {
