@@ -106,6 +106,31 @@ pub enum SioError {
     /// Data of the wrong shape for the packet type.
     #[error("invalid payload for this packet type")]
     InvalidPayload,
+    /// An object key that serde_json reserves for itself.
+    #[error("object key {SERDE_MARKER_PREFIX}… is reserved")]
+    ReservedKey,
+}
+
+/// The prefix of the object keys serde_json gives a meaning of its own
+/// (`$serde_json::private::RawValue` with the `raw_value` feature, which the
+/// Kafka crate turns on for the whole binary; `…::Number` with
+/// `arbitrary_precision`). An object whose first key is one of them parses
+/// as something else, and one holding it later re-encodes (keys sorted) with
+/// it first — so data holding one would not survive our own decode → encode
+/// → decode, nor any other serde_json reader downstream. It is refused.
+const SERDE_MARKER_PREFIX: &str = "$serde_json::private::";
+
+/// Whether any object in `v` has a key serde_json reserves.
+fn holds_serde_marker(v: &Value) -> bool {
+    match v {
+        // serde_json stops at 128 levels of nesting, so this recursion is
+        // bounded.
+        Value::Object(o) => o
+            .iter()
+            .any(|(k, v)| k.starts_with(SERDE_MARKER_PREFIX) || holds_serde_marker(v)),
+        Value::Array(a) => a.iter().any(holds_serde_marker),
+        _ => false,
+    }
 }
 
 impl SioPacket {
@@ -165,7 +190,11 @@ impl SioPacket {
             None
         };
         let data = if i < b.len() {
-            Some(serde_json::from_str::<Value>(&text[i..]).map_err(|_| SioError::BadJson)?)
+            let v = serde_json::from_str::<Value>(&text[i..]).map_err(|_| SioError::BadJson)?;
+            if holds_serde_marker(&v) {
+                return Err(SioError::ReservedKey);
+            }
+            Some(v)
         } else {
             None
         };
@@ -268,6 +297,16 @@ mod tests {
         assert_eq!(SioPacket::decode("2[{}]"), Err(SioError::InvalidPayload));
         assert_eq!(SioPacket::decode("3[1]"), Err(SioError::InvalidPayload));
         assert_eq!(SioPacket::decode("2[\"a\""), Err(SioError::BadJson));
+        // Found by the fuzz target: serde_json's reserved key, not first in
+        // the client's text, came first once re-encoded and no longer parsed.
+        assert_eq!(
+            SioPacket::decode(r#"51-["z",{"_[[":true,"$serde_json::private::RawValue":5}]"#),
+            Err(SioError::ReservedKey)
+        );
+        assert_eq!(
+            SioPacket::decode(r#"2["e",[{"\u0024serde_json::private::Number":"1"}]]"#),
+            Err(SioError::ReservedKey)
+        );
         assert_eq!(SioPacket::decode("5[\"a\"]"), Err(SioError::BadAttachments));
         assert_eq!(
             SioPacket::decode("5999-[\"a\"]"),
