@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sourced by the kafka-*.sh benchmarks: starts a throw-away single-node
-# Kafka 3.9.1 broker (KRaft, the properties of shared/protocols/forward.md)
+# Kafka 3.9.1 broker (KRaft, one node acting as broker and controller)
 # on free loopback ports, and stops it on exit.
 #   kafka_start      sets KAFKA_BOOTSTRAP, KAFKA_PID, KAFKA_DIR, KAFKA_CP
 #   kafka_stop       kills it and removes its data
@@ -48,7 +48,16 @@ log4j.logger.org.apache.kafka.storage=WARN
 L4J
     java -Dlog4j.configuration="file:$KAFKA_DIR/log4j.properties" -cp "$KAFKA_CP" \
         kafka.tools.StorageTool format -t VGlkZWdhdGVCZW5jaENsdXM -c "$KAFKA_DIR/server.properties" >/dev/null
-    java -Xms1g -Xmx1g -Dlog4j.configuration="file:$KAFKA_DIR/log4j.properties" -cp "$KAFKA_CP" \
+    # The JVM options Kafka's own kafka-server-start.sh runs the broker with
+    # (kafka-run-class.sh's KAFKA_HEAP_OPTS and KAFKA_JVM_PERFORMANCE_OPTS):
+    # the JVM's default G1 aims at 200 ms pauses, Kafka's at 20 ms.
+    # KAFKA_BENCH_JVM_OPTS replaces them; KAFKA_BENCH_GC_LOG=FILE logs the pauses.
+    local jvm_opts
+    read -r -a jvm_opts <<< "${KAFKA_BENCH_JVM_OPTS:--Xms1g -Xmx1g -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent -XX:MaxInlineLevel=15 -Djava.awt.headless=true}"
+    if [ -n "${KAFKA_BENCH_GC_LOG:-}" ]; then
+        jvm_opts+=("-Xlog:gc:file=$KAFKA_BENCH_GC_LOG")
+    fi
+    java "${jvm_opts[@]}" -Dlog4j.configuration="file:$KAFKA_DIR/log4j.properties" -cp "$KAFKA_CP" \
         kafka.Kafka "$KAFKA_DIR/server.properties" > "$KAFKA_DIR/broker.log" 2>&1 &
     KAFKA_PID=$!
     KAFKA_BOOTSTRAP="127.0.0.1:$port"

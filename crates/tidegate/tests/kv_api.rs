@@ -1,4 +1,4 @@
-//! The highload-dht HTTP contract (shared/protocols/kv.md) on one real
+//! The highload-dht HTTP contract (docs/kv.md) on one real
 //! `tidegate serve` node: each line of the contract table, the range
 //! stream, restarts, a deleted data directory, kill -9 after 201 with
 //! `sync = "always"`, and configuration errors that name `[kv] <key>`.

@@ -169,9 +169,10 @@ impl TestBroker {
         self.dir.path().join(format!("broker-{}.log", self.starts))
     }
 
-    /// The verified properties of shared/protocols/forward.md, plus a short
-    /// broker session so a broker restarted after SIGKILL re-registers in
-    /// ~2 s instead of waiting out the default 9 s session of its old self.
+    /// A single-node KRaft broker with replication factor 1 everywhere (the
+    /// set-up verified for Kafka 3.9 here), plus a short broker session so
+    /// a broker restarted after SIGKILL re-registers in ~2 s instead of
+    /// waiting out the default 9 s session of its old self.
     fn write_config(&self, controller_port: u16) -> Result<(), TestBrokerError> {
         let d = self.dir.path();
         let props = format!(
