@@ -93,6 +93,11 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
     let mut tasks: Listeners = JoinSet::new();
 
     let backbone = cluster.as_ref().map(|n| n.backbone.clone());
+    let cluster_stats = cluster.as_ref().map(|n| stats::ClusterSource {
+        node: preflight::node_name(&config),
+        backbone: n.backbone.clone(),
+        metrics: n.metrics.clone(),
+    });
     if let Some(node) = cluster {
         let tidegate_kafka::backbone::ClusterNode {
             reader,
@@ -184,7 +189,7 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
             hub: hub.clone(),
             sinks,
             push: push.map(stats::push_sessions),
-            cluster: backbone.clone(),
+            cluster: cluster_stats,
         },
         shutdown.clone(),
     );

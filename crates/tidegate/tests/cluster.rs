@@ -305,6 +305,18 @@ fn a_message_published_on_one_node_reaches_subscribers_on_every_node_once_in_ord
         .collect();
     assert!(names.contains(&"cluster"), "{report}");
     assert!(metric(http_b, "tidegate_cluster_nodes_seen") >= 2.0);
+    // …and the reader's side in its own section.
+    let cluster = &report["cluster"];
+    assert_eq!(cluster["node"], "node-b", "{report}");
+    assert_eq!(cluster["partitions"], 4, "{report}");
+    assert!(cluster["nodes_seen"].as_i64().unwrap() >= 2, "{report}");
+    for rate in [
+        "produced_per_s",
+        "received_per_s",
+        "received_from_others_per_s",
+    ] {
+        assert!(cluster[rate].is_number(), "{rate}: {report}");
+    }
 
     // `tidegate cluster status` lists both nodes from their heartbeats.
     let out = Command::new(common::EXE)

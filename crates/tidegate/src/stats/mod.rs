@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use report::{HubTotals, ListenerTotals, PushSessions, Sample, SinkTotals, Window};
+use report::{ClusterTotals, HubTotals, ListenerTotals, PushSessions, Sample, SinkTotals, Window};
 
 /// The topic the report is published on.
 pub const STATS_TOPIC: &str = "$sys.stats";
@@ -38,9 +38,21 @@ pub struct StatsSources {
     pub sinks: Vec<Arc<dyn Sink>>,
     /// Push sessions by transport.
     pub push: Option<PushSessionSource>,
-    /// Cluster mode: the backbone, reported as one more sink named
-    /// `cluster` (its producer's queue, acknowledgements and broker link).
-    pub cluster: Option<Arc<tidegate_kafka::backbone::KafkaBackbone>>,
+    /// Cluster mode's backbone.
+    pub cluster: Option<ClusterSource>,
+}
+
+/// Cluster mode: what the report says of the backbone — its producer as
+/// one more sink named `cluster` (queue, acknowledgements, broker link),
+/// and the reader's side in the report's `cluster` section.
+#[derive(Clone)]
+pub struct ClusterSource {
+    /// This node's name in the cluster.
+    pub node: String,
+    /// The backbone (its producer).
+    pub backbone: Arc<tidegate_kafka::backbone::KafkaBackbone>,
+    /// The reader's counters and gauges.
+    pub metrics: tidegate_kafka::backbone::ClusterMetrics,
 }
 
 impl StatsSources {
@@ -80,11 +92,11 @@ impl StatsSources {
                 counters: s.counters(),
             })
             .collect();
-        if let Some(b) = &self.cluster {
+        if let Some(c) = &self.cluster {
             sinks.push(SinkTotals {
                 name: "cluster".to_owned(),
-                health: b.sink().health(),
-                counters: b.sink().counters(),
+                health: c.backbone.sink().health(),
+                counters: c.backbone.sink().counters(),
             });
         }
         Sample {
@@ -92,6 +104,15 @@ impl StatsSources {
             listeners,
             sinks,
             push: self.push.as_ref().map(|f| f()),
+            cluster: self.cluster.as_ref().map(|c| ClusterTotals {
+                node: c.node.clone(),
+                partitions: c.metrics.partitions.get(),
+                nodes_seen: c.metrics.nodes_seen.get(),
+                lag: c.metrics.lag.get(),
+                produced: c.metrics.produced.get(),
+                received: c.metrics.received.get(),
+                received_own: c.metrics.received_own.get(),
+            }),
         }
     }
 }

@@ -85,6 +85,27 @@ pub struct Sample {
     pub sinks: Vec<SinkTotals>,
     /// Push sessions (`None` when `[push]` is off).
     pub push: Option<PushSessions>,
+    /// Cluster mode's backbone (`None` without `[cluster]`).
+    pub cluster: Option<ClusterTotals>,
+}
+
+/// The backbone's totals and gauges (cluster mode).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterTotals {
+    /// This node's name in the cluster.
+    pub node: String,
+    /// Backbone partitions this node reads.
+    pub partitions: i64,
+    /// Nodes whose records this node read in the last minute.
+    pub nodes_seen: i64,
+    /// Records behind the end of the backbone, all partitions.
+    pub lag: i64,
+    /// Messages this node handed to the backbone.
+    pub produced: u64,
+    /// Messages read back from the backbone and fanned out here.
+    pub received: u64,
+    /// Of those, the ones this node had published.
+    pub received_own: u64,
 }
 
 /// What is published on `$sys.stats`.
@@ -109,6 +130,9 @@ pub struct StatsReport {
     pub sinks: Vec<SinkReport>,
     /// Push sessions by transport (`null` when `[push]` is off).
     pub push: Option<PushReport>,
+    /// Cluster mode: the backbone seen from this node (`null` without
+    /// `[cluster]`).
+    pub cluster: Option<ClusterReport>,
     /// Delivery latency over the window.
     pub latency_us: LatencyReport,
 }
@@ -175,6 +199,27 @@ pub struct SinkReport {
 pub struct PushReport {
     /// Live sessions by transport.
     pub sessions: PushSessions,
+}
+
+/// The backbone seen from this node (cluster mode).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClusterReport {
+    /// This node's name in the cluster.
+    pub node: String,
+    /// Backbone partitions this node reads.
+    pub partitions: i64,
+    /// Nodes whose records this node read in the last minute (itself
+    /// included once it has published).
+    pub nodes_seen: i64,
+    /// Records behind the end of the backbone, all partitions.
+    pub lag: i64,
+    /// Messages this node handed to the backbone per second.
+    pub produced_per_s: f64,
+    /// Messages read from the backbone and fanned out here per second,
+    /// every node's.
+    pub received_per_s: f64,
+    /// Of those, the ones other nodes published.
+    pub received_from_others_per_s: f64,
 }
 
 /// Percentiles of the time delivered messages waited between publish and
@@ -302,6 +347,22 @@ pub fn report(prev: &Sample, now: &Sample, w: Window, latency: &LatencySnapshot)
         listeners,
         sinks,
         push: now.push.map(|sessions| PushReport { sessions }),
+        cluster: now.cluster.as_ref().map(|c| {
+            let p = prev.cluster.clone().unwrap_or_default();
+            ClusterReport {
+                node: c.node.clone(),
+                partitions: c.partitions,
+                nodes_seen: c.nodes_seen,
+                lag: c.lag,
+                produced_per_s: rate(p.produced, c.produced, secs),
+                received_per_s: rate(p.received, c.received, secs),
+                received_from_others_per_s: rate(
+                    p.received - p.received_own.min(p.received),
+                    c.received - c.received_own.min(c.received),
+                    secs,
+                ),
+            }
+        }),
         latency_us: LatencyReport::of(latency),
     }
 }
@@ -339,6 +400,12 @@ mod tests {
                 },
             }],
             push: Some(PushSessions::default()),
+            cluster: Some(ClusterTotals {
+                produced: 10,
+                received: 100,
+                received_own: 40,
+                ..Default::default()
+            }),
         };
         let now = Sample {
             hub: HubTotals {
@@ -360,6 +427,15 @@ mod tests {
                 polling: 1,
                 websocket: 2,
                 ws: 3,
+            }),
+            cluster: Some(ClusterTotals {
+                node: "web-1".into(),
+                partitions: 4,
+                nodes_seen: 3,
+                lag: 7,
+                produced: 30,
+                received: 500,
+                received_own: 100,
             }),
         };
         let h = LatencyHistogram::default();
@@ -384,6 +460,19 @@ mod tests {
         assert_eq!(r.sinks[0].acked_per_s, 15.0);
         assert_eq!(r.sinks[0].failed_per_s, 1.0);
         assert_eq!(r.push.as_ref().unwrap().sessions.ws, 3);
+        let c = r.cluster.as_ref().unwrap();
+        assert_eq!(
+            (c.node.as_str(), c.partitions, c.nodes_seen, c.lag),
+            ("web-1", 4, 3, 7)
+        );
+        assert_eq!(
+            (
+                c.produced_per_s,
+                c.received_per_s,
+                c.received_from_others_per_s
+            ),
+            (10.0, 200.0, 170.0)
+        );
         assert_eq!(r.latency_us.count, 1);
         assert!(r.latency_us.p50.unwrap() >= 1500);
     }

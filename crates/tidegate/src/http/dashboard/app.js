@@ -195,6 +195,15 @@
       k.name, { text: k.state.replace("_", " "), cls: "state-" + k.state, title: k.reason || "" },
       num(k.queue_depth), num(k.acked_per_s), num(k.failed_per_s),
     ]), "no routed sinks");
+    const c = s.cluster;
+    $("cluster-panel").hidden = !c;
+    if (c) {
+      setText("cluster-node", "node " + c.node);
+      fillTable("cluster", [[
+        num(c.nodes_seen), num(c.partitions), num(c.lag),
+        num(c.produced_per_s), num(c.received_per_s), num(c.received_from_others_per_s),
+      ]], "");
+    }
 
     charts.rate.push("published", s.hub.published_per_s);
     charts.rate.push("delivered", s.hub.delivered_per_s);
