@@ -83,9 +83,10 @@ impl KvStore {
             .as_ref()
             .filter(|s| !s.is_empty())
             .map(|s| Bytes::copy_from_slice(s.as_bytes()));
-        let client = ReplicaClient::new(secret.clone().unwrap_or_default())
-            .with_batching(config.replica_batching);
         let replica_timeout = Duration::from_millis(config.replica_timeout_ms);
+        let client = ReplicaClient::new(secret.clone().unwrap_or_default())
+            .with_batching(config.replica_batching)
+            .with_batch_timeout(replica_timeout);
         let nodes = (0..ring.len()).map(|i| ring.url(i).to_owned()).collect();
         let metrics = KvMetrics::default();
         if let Some(hub) = &hub {
