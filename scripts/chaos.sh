@@ -319,6 +319,15 @@ died=""
 for i in 0 1 2; do
     kill -0 "${NODE_PIDS[i]}" 2>/dev/null || died="$died $i"
 done
+# What the subscribers' bounded queues dropped (drop-oldest), per node
+# since its last start (node 0's count restarts with it): the subscriber
+# misses the report shows should be these, not losses of the backbone.
+drops=""
+for i in 0 1 2; do
+    d="$(curl -s "http://127.0.0.1:${HTTP[i]}/metrics" | awk '$1 == "tidegate_hub_dropped_oldest_total" {print $2}')"
+    drops="$drops node $i: ${d:-?};"
+done
+log "messages dropped by full subscriber queues (drop-oldest), since each node's start:$drops"
 
 log "reading chaos-sink back; checking every acknowledged KV key"
 java -cp "$KAFKA_CP" scripts/chaos/KafkaReadBack.java "$KAFKA_BOOTSTRAP" chaos-sink \
