@@ -90,7 +90,8 @@ impl PushContext {
     /// session. Never waits: with the backbone full (its broker down) the
     /// update is dropped, and the nodes see the gap in the session's
     /// update count and refuse to recover it rather than recover it
-    /// partly ([`crate::recovery::cluster::Update::version`]).
+    /// partly ([`crate::recovery::cluster::Update::version`]) — until the
+    /// session's next announcement, which then carries its whole state.
     /// False when it was dropped.
     pub fn announce_now(&self, update: Update) -> bool {
         match (self.cluster_recovery(), self.hub.backbone()) {

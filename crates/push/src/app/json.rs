@@ -22,7 +22,7 @@ use crate::delivery::{cached_ws_message, cached_ws_message_with_offset, is_binar
 use crate::recovery::{self, RecoveryHandle, Since, Ticket};
 use crate::ws::protocol::{decode, positions as parse_positions, ClientOp};
 
-pub use crate::recovery::MAX_CLUSTER_REPLAY;
+use crate::recovery::MAX_CLUSTER_REPLAY;
 
 /// A frame for the client.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -166,13 +166,11 @@ impl SocketIoApp {
     /// take, the next one is the whole state instead: the registry's copy
     /// is whole again from there.
     fn announce(&mut self, nsp: &str, op: Op, ctx: &PushContext) {
-        let dirty = self.nsps.get(nsp).is_some_and(|n| n.dirty);
-        let op = match dirty {
-            true => match self.state(nsp) {
-                Some(own) => own,
-                None => return,
-            },
-            false => op,
+        let op = if self.nsps.get(nsp).is_some_and(|n| n.dirty) {
+            let Some(own) = self.state(nsp) else { return };
+            own
+        } else {
+            op
         };
         if let Some(u) = self.update(nsp, op) {
             let sent = ctx.announce_now(u);
@@ -378,6 +376,10 @@ impl SocketIoApp {
             self.recovery = ctx.recovery.register(ctx.config.max_sessions);
         }
         let tag = cluster::owner_tag(&self.owner).to_owned();
+        let offsets = match self.cluster() {
+            true => Offsets::Cluster,
+            false => Offsets::Seq,
+        };
         let sock = match self.nsps.get_mut(&p.nsp) {
             Some(sock) if replay.is_some() => sock,
             Some(sock) => {
@@ -417,10 +419,6 @@ impl SocketIoApp {
         if let Some(r) = replay {
             sock.live_from = r.live_from;
             sock.positions = r.had;
-            let offsets = match self.backbone.is_some() {
-                true => Offsets::Cluster,
-                false => Offsets::Seq,
-            };
             for m in &r.missed {
                 sock.send(m, offsets, &tag, s.transport(), &mut out);
             }
@@ -828,6 +826,7 @@ impl SocketIoApp {
                 .as_ref()
                 .map_or_else(Positions::new, |b| b.delivered()),
         );
+        let cluster = self.cluster();
         let Some(sock) = self.nsps.get_mut(nsp) else {
             return (Value::Null, None);
         };
@@ -842,7 +841,7 @@ impl SocketIoApp {
         }));
         for p in &o.accepted {
             sock.subscriptions.add(p, from);
-            if self.backbone.is_some() {
+            if cluster {
                 sock.starts
                     .entry(p.clone())
                     .or_insert_with(|| starts.clone());
@@ -850,7 +849,7 @@ impl SocketIoApp {
         }
         let sid = sock.sid.clone();
         let subject = sock.grants.subject().map(str::to_owned);
-        let update = match o.accepted.is_empty() || !self.cluster() {
+        let update = match o.accepted.is_empty() || !cluster {
             true => None,
             false => Some(Op::Add {
                 subject,
@@ -912,15 +911,6 @@ impl SocketIoApp {
                 .count()
                 == 1;
         let offsets = self.offsets();
-        // Cluster mode: how far the node had fanned each partition out
-        // before this batch was taken. Once the queue is empty, everything
-        // before it is sent, so the session's positions may move up to it
-        // even in partitions it got nothing from — a later replay then
-        // reads from there, not from when the session subscribed.
-        let floor = match (offsets, &self.backbone) {
-            (Offsets::Cluster, Some(b)) => Some(b.delivered()),
-            _ => None,
-        };
         let tag = cluster::owner_tag(&self.owner);
         for m in msgs {
             for n in self.nsps.values_mut() {
@@ -932,10 +922,22 @@ impl SocketIoApp {
                 }
             }
         }
-        if self.sub.is_empty() {
-            self.unmatched_queued = false;
+        if !self.sub.is_empty() {
+            return;
         }
-        if let (Some(floor), true) = (floor, self.sub.is_empty()) {
+        self.unmatched_queued = false;
+        // Cluster mode, queue empty: the session's positions move up to how
+        // far the node has fanned each partition out, even in partitions it
+        // got nothing from — a later replay then reads from there, not from
+        // when the session subscribed. Read only when the queue is empty
+        // (no lock and copy per batch under load), and trusted only if it
+        // still is: the reader queues a record's messages before it moves
+        // that point, so whatever lies before it is sent or still queued.
+        if let (Offsets::Cluster, Some(b)) = (offsets, &self.backbone) {
+            let floor = b.delivered();
+            if !self.sub.is_empty() {
+                return;
+            }
             for n in self.nsps.values_mut().filter(|n| n.connected) {
                 for (p, at) in &floor {
                     let e = n.positions.entry(*p).or_insert(*at);

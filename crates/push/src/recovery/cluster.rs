@@ -75,7 +75,6 @@ pub fn groups(subs: impl IntoIterator<Item = Subscription>) -> Vec<Group> {
             }
         }
     }
-    drop(at);
     out.into_iter()
         .map(|(s, ps)| (Arc::unwrap_or_clone(s), ps))
         .collect()

@@ -357,8 +357,8 @@ pub fn report(prev: &Sample, now: &Sample, w: Window, latency: &LatencySnapshot)
                 produced_per_s: rate(p.produced, c.produced, secs),
                 received_per_s: rate(p.received, c.received, secs),
                 received_from_others_per_s: rate(
-                    p.received - p.received_own.min(p.received),
-                    c.received - c.received_own.min(c.received),
+                    p.received.saturating_sub(p.received_own),
+                    c.received.saturating_sub(c.received_own),
                     secs,
                 ),
             }
