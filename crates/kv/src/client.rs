@@ -133,6 +133,12 @@ impl ReplicaClient {
         self
     }
 
+    /// Whether `put` and `get` go through per-peer batches, each bounded
+    /// by the batch timeout.
+    pub fn batching(&self) -> bool {
+        self.batchers.is_some()
+    }
+
     /// The same client failing a batch that has had no answer after
     /// `timeout` (every operation in it fails; its slot is free again).
     pub fn with_batch_timeout(mut self, timeout: Duration) -> Self {

@@ -24,6 +24,10 @@ pub const DEFAULT_REPLICA_TIMEOUT_MS: u64 = 1_000;
 /// compares one hash tree per peer (a scan of the local data, shared by
 /// all peers) and streams only the differing ranges.
 pub const DEFAULT_ANTI_ENTROPY_INTERVAL_MS: u64 = 10 * 60 * 1000;
+/// Largest accepted `cache_mb` (1 TiB): beyond it a typo, not a size.
+const MAX_CACHE_MB: u64 = 1024 * 1024;
+/// Default size of the engine's block cache, MiB.
+pub const DEFAULT_CACHE_MB: u64 = 32;
 /// Largest key (`id`) accepted, bytes. fjall allows 64 KiB; a key also
 /// travels in URLs, so it is kept well below what proxies accept.
 pub const MAX_KEY_BYTES: usize = 4 * 1024;
@@ -119,6 +123,10 @@ pub struct KvConfig {
     /// Send replica reads and writes per peer in batches (one signed
     /// request for whatever queued meanwhile) instead of one request each.
     pub replica_batching: bool,
+    /// MiB of the engine's block cache (decoded table blocks kept in
+    /// memory). A write reads the stored version first (last-write-wins),
+    /// so overwrites of keys not in the cache read from the files.
+    pub cache_mb: u64,
 }
 
 impl Default for KvConfig {
@@ -133,6 +141,7 @@ impl Default for KvConfig {
             cluster_secret: None,
             anti_entropy_interval_ms: DEFAULT_ANTI_ENTROPY_INTERVAL_MS,
             replica_batching: true,
+            cache_mb: DEFAULT_CACHE_MB,
         }
     }
 }
@@ -143,6 +152,9 @@ impl KvConfig {
         let bad = |key, message: String| Err(KvError::Config { key, message });
         if self.replica_timeout_ms == 0 {
             return bad("replica_timeout_ms", "must be > 0".into());
+        }
+        if self.cache_mb == 0 || self.cache_mb > MAX_CACHE_MB {
+            return bad("cache_mb", format!("must be between 1 and {MAX_CACHE_MB}"));
         }
         if self.tombstone_grace_ms == 0 {
             return bad("tombstone_grace_ms", "must be > 0".into());

@@ -25,6 +25,8 @@
 //! belongs) and, with a TTL, its expiry; a value past its expiry reads as
 //! absent.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,7 +71,11 @@ impl KvStore {
     /// every accepted write. Must run inside a tokio runtime.
     pub fn open(config: &KvConfig, hub: Option<Hub>) -> Result<Self, KvError> {
         config.validate()?;
-        let engine = Arc::new(Engine::open(&config.data_dir, config.sync)?);
+        let engine = Arc::new(Engine::open_with_cache(
+            &config.data_dir,
+            config.sync,
+            config.cache_mb * 1024 * 1024,
+        )?);
         engine.start_maintenance(Duration::from_millis(config.tombstone_grace_ms));
         let ring = match &config.self_url {
             Some(me) if !config.nodes.is_empty() => {
@@ -183,35 +189,31 @@ impl KvStore {
     }
 
     /// A coordinator's batch ([`crate::batch`]) on this node's own data:
-    /// reads and last-write-wins writes in order, then one commit for all
-    /// the writes (one fsync under `sync = "always"`).
+    /// reads and last-write-wins writes in order — each run of writes as
+    /// one journal write ([`Engine::apply_many_unsynced`]) — then one commit
+    /// for all the writes (one fsync under `sync = "always"`).
     pub async fn local_batch(&self, ops: Vec<BatchOp>) -> Vec<BatchReply> {
         let engine = &self.inner.engine;
-        let mut wrote = false;
-        let mut replies: Vec<BatchReply> = ops
-            .into_iter()
-            .map(|op| {
-                let r = match op {
-                    BatchOp::Get(key) => engine.get(&key).map(|r| match r {
-                        Some(r) => BatchReply::Found(r),
-                        None => BatchReply::Absent,
-                    }),
-                    BatchOp::Put(key, record) => engine.apply_unsynced(&key, &record).map(|n| {
-                        wrote |= n;
-                        if n {
-                            BatchReply::Applied
-                        } else {
-                            BatchReply::NotNewer
+        let mut replies = Vec::with_capacity(ops.len());
+        let mut run: Vec<(Bytes, Record)> = Vec::new();
+        for op in ops {
+            match op {
+                BatchOp::Put(key, record) => run.push((key, record)),
+                BatchOp::Get(key) => {
+                    apply_run(engine, &mut run, &mut replies);
+                    replies.push(match engine.get(&key) {
+                        Ok(Some(r)) => BatchReply::Found(r),
+                        Ok(None) => BatchReply::Absent,
+                        Err(e) => {
+                            tracing::error!(error = %e, "kv: batch read failed");
+                            BatchReply::Failed
                         }
-                    }),
-                };
-                r.unwrap_or_else(|e| {
-                    tracing::error!(error = %e, "kv: batch operation failed");
-                    BatchReply::Failed
-                })
-            })
-            .collect();
-        if wrote {
+                    });
+                }
+            }
+        }
+        apply_run(engine, &mut run, &mut replies);
+        if replies.contains(&BatchReply::Applied) {
             if let Err(e) = engine.commit().await {
                 tracing::error!(error = %e, "kv: batch commit failed");
                 for r in &mut replies {
@@ -345,10 +347,30 @@ impl KvStore {
         }
         let url = self.inner.ring.url(node);
         let sent = self.inner.client.put(url, &key, &record);
+        if self.inner.client.batching() {
+            // Its batch fails after the replica timeout: no timer of its own.
+            return sent.await.map_err(|e| e.to_string());
+        }
         match tokio::time::timeout(self.inner.replica_timeout, sent).await {
             Ok(r) => r.map_err(|e| e.to_string()),
             Err(_) => Err(format!("{url}: no answer in time")),
         }
+    }
+
+    /// [`KvStore::write_replica`], keeping a hint for a peer that did not
+    /// take the write (hinted handoff).
+    async fn write_replica_or_hint(
+        &self,
+        node: usize,
+        key: Bytes,
+        record: Record,
+    ) -> Result<(), String> {
+        let r = self.write_replica(node, key.clone(), record.clone()).await;
+        if r.is_err() && node != self.inner.ring.self_index() {
+            let hints = self.inner.hints.clone();
+            let _ = tokio::task::spawn_blocking(move || hints.keep(node, &key, &record)).await;
+        }
+        r
     }
 
     /// A client PUT (`Some(value)`, expiring `ttl` after its stamp when
@@ -371,46 +393,42 @@ impl KvStore {
             ts.saturating_add(t.as_nanos().min(u64::MAX as u128) as u64)
         });
         let record = record.with_replicas(from).with_expiry(expires_at);
-        let mut pending: FuturesUnordered<_> = self
-            .inner
-            .ring
-            .replicas(&key, from)
-            .into_iter()
-            .map(|node| {
-                let (store, key, record) = (self.clone(), key.clone(), record.clone());
-                // Spawned, so a replica write still running when the quorum
-                // is reached (or the client went away) completes anyway.
-                tokio::spawn(async move {
-                    let r = store.write_replica(node, key.clone(), record.clone()).await;
-                    if r.is_err() && node != store.inner.ring.self_index() {
-                        let hints = store.inner.hints.clone();
-                        let _ =
-                            tokio::task::spawn_blocking(move || hints.keep(node, &key, &record))
-                                .await;
-                    }
-                    r
+        // Every replica's write is polled here, on the request's own task:
+        // the local one writes the journal on first poll, a peer's joins
+        // that peer's next batch. Whatever is still running once the quorum
+        // is reached (or when the client goes away) finishes in one task of
+        // its own (`Unfinished`), so every replica is written, or hinted.
+        let mut pending = Unfinished(
+            self.inner
+                .ring
+                .replicas(&key, from)
+                .into_iter()
+                .map(|node| {
+                    let (store, key, record) = (self.clone(), key.clone(), record.clone());
+                    Box::pin(async move { store.write_replica_or_hint(node, key, record).await })
+                        as ReplicaWrite
                 })
-            })
-            .collect();
+                .collect(),
+        );
         let mut got = 0;
         let gather = async {
-            while let Some(answer) = pending.next().await {
+            while let Some(answer) = pending.0.next().await {
                 match answer {
-                    Ok(Ok(())) => {
+                    Ok(()) => {
                         got += 1;
                         if got >= ack {
                             return;
                         }
                     }
-                    Ok(Err(e)) => {
+                    Err(e) => {
                         self.inner.metrics.replica_errors.inc();
                         tracing::debug!(error = %e, "kv: replica write failed");
                     }
-                    Err(e) => tracing::warn!(error = %e, "kv: replica write task failed"),
                 }
             }
         };
         let _ = tokio::time::timeout(self.inner.replica_timeout, gather).await;
+        drop(pending);
         if got < ack {
             self.inner.metrics.not_enough_replicas.inc();
             return Err(KvError::NotEnoughReplicas { got, needed: ack });
@@ -419,6 +437,49 @@ impl KvStore {
             watch::publish(hub, &key, &record).await;
         }
         Ok(())
+    }
+}
+
+/// Writes a run of a batch's puts as one journal write and adds their
+/// replies; the run is left empty.
+fn apply_run(engine: &Engine, run: &mut Vec<(Bytes, Record)>, replies: &mut Vec<BatchReply>) {
+    if run.is_empty() {
+        return;
+    }
+    match engine.apply_many_unsynced(run) {
+        Ok(stored) => replies.extend(stored.into_iter().map(|n| {
+            if n {
+                BatchReply::Applied
+            } else {
+                BatchReply::NotNewer
+            }
+        })),
+        Err(e) => {
+            tracing::error!(error = %e, "kv: batch write failed");
+            replies.extend(run.iter().map(|_| BatchReply::Failed));
+        }
+    }
+    run.clear();
+}
+
+/// One replica's write of a client PUT or DELETE.
+type ReplicaWrite = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+
+/// The replica writes of one client write not finished yet. Dropped with
+/// some left (the quorum was reached first, the timeout struck, or the
+/// client went away), it hands them to a task of their own, so each still
+/// reaches its replica or leaves a hint.
+struct Unfinished(FuturesUnordered<ReplicaWrite>);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if self.0.is_empty() {
+            return;
+        }
+        let mut rest = std::mem::take(&mut self.0);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { while rest.next().await.is_some() {} });
+        }
     }
 }
 

@@ -250,6 +250,7 @@ fn bad_kv_configuration_exits_2_naming_the_key() {
         ("[kv]\nself = \"http://127.0.0.1:1\"\nnodes = [\"http://127.0.0.1:1\", \"http://127.0.0.1:2\"]\n", "[kv] cluster_secret"),
         ("[kv]\nnodes = [\"127.0.0.1:1\"]\nself = \"127.0.0.1:1\"\n", "[kv] nodes"),
         ("[kv]\nreplica_timeout_ms = 0\n", "[kv] replica_timeout_ms"),
+        ("[kv]\ncache_mb = 0\n", "[kv] cache_mb"),
         (
             "[kv]\nself = \"http://127.0.0.1:1\"\nnodes = [\"http://127.0.0.1:1\", \"http://127.0.0.1:2\"]\n\
              cluster_secret = \"s\"\ntombstone_grace_ms = 1000\nanti_entropy_interval_ms = 1000\n",
