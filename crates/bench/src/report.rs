@@ -173,10 +173,17 @@ impl Report {
             s.push_str(&format!("errors: {}\n", e.join(" ")));
         }
         let server = if self.server.measured() {
-            format!(
+            let mut line = format!(
                 "server: cpu avg {:.0}% max {:.0}%  rss max {} KiB",
                 self.server.cpu_pct_avg, self.server.cpu_pct_max, self.server.rss_kb_max
-            )
+            );
+            // CPU per delivered unit: what compares across runs on a
+            // shared machine when rates do not.
+            if self.rate > 0.0 && self.server.cpu_pct_avg > 0.0 {
+                let us = self.server.cpu_pct_avg / 100.0 * 1e6 / self.rate;
+                line.push_str(&format!("  ~{us:.1} µs cpu per {unit}"));
+            }
+            line
         } else {
             "server: not measured (not started by this bench)".to_owned()
         };
@@ -293,6 +300,11 @@ mod tests {
         assert!(human.contains("offered rate 500 record/s"), "{human}");
         assert!(human.contains("sent rate 450 record/s"), "{human}");
         assert!(human.contains("rate (delivered) 400 record/s"), "{human}");
+        r.server.cpu_pct_avg = 50.0;
+        r.server.samples = 1;
+        let human = r.summary_lines();
+        // Half a core for 400 records/s: 1,250 µs each.
+        assert!(human.contains("~1250.0 µs cpu per record"), "{human}");
     }
 
     #[test]
