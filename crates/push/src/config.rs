@@ -25,6 +25,8 @@ pub const DEFAULT_MAX_SESSIONS: usize = 100_000;
 /// to recover it: 0, recovery off (as in Socket.IO, where it is opt-in:
 /// with it on, every event carries its offset as a last argument).
 pub const DEFAULT_RECOVERY_WINDOW_MS: u64 = 0;
+/// Default `cluster_reannounce_ms`: a minute.
+pub const DEFAULT_CLUSTER_REANNOUNCE_MS: u64 = 60_000;
 /// Default number of messages the history keeps per topic.
 pub const DEFAULT_RECOVERY_HISTORY: usize = 1024;
 /// Default bytes the history keeps over all topics: 64 MiB.
@@ -113,6 +115,11 @@ pub struct PushConfig {
     /// recoverable sessions keeps (what they subscribe to, so another node
     /// can recover them); the least recently updated go first.
     pub cluster_sessions_bytes: usize,
+    /// Cluster mode: about how often (rounded up to whole ping intervals)
+    /// each recoverable Socket.IO session announces its whole state again,
+    /// so that a node started after the session subscribed learns it and
+    /// can recover it; 0: only changes are announced.
+    pub cluster_reannounce_ms: u64,
     /// Milliseconds a session holds its first pending packet so that what
     /// arrives meanwhile goes out in the same write: one websocket flush,
     /// or one long-poll answer (a GET that had to wait). Trades up to this
@@ -152,6 +159,7 @@ impl Default for PushConfig {
             recovery_history: DEFAULT_RECOVERY_HISTORY,
             recovery_history_bytes: DEFAULT_RECOVERY_HISTORY_BYTES,
             cluster_sessions_bytes: crate::recovery::cluster::DEFAULT_REGISTRY_BYTES,
+            cluster_reannounce_ms: DEFAULT_CLUSTER_REANNOUNCE_MS,
             write_delay_ms: DEFAULT_WRITE_DELAY_MS,
             busy_write_delay_ms: DEFAULT_BUSY_WRITE_DELAY_MS,
         }
@@ -170,6 +178,18 @@ impl PushConfig {
     /// Whether connection state recovery is on.
     pub fn recovery(&self) -> bool {
         self.recovery_window_ms > 0
+    }
+
+    /// Every how many pings a session announces its whole state again
+    /// (`cluster_reannounce_ms`); `None` when off.
+    pub fn reannounce_every_pings(&self) -> Option<u32> {
+        if self.cluster_reannounce_ms == 0 {
+            return None;
+        }
+        let pings = self
+            .cluster_reannounce_ms
+            .div_ceil(self.ping_interval_ms.max(1));
+        Some(pings.clamp(1, u32::MAX as u64) as u32)
     }
 
     /// The history's bounds (`recovery_history`, `recovery_history_bytes`).
@@ -253,5 +273,23 @@ impl PushConfig {
             return Some(format!("namespaces: {n:?} must start with '/'"));
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reannounce_interval_is_counted_in_whole_pings() {
+        let mut c = PushConfig {
+            ping_interval_ms: 25_000,
+            ..PushConfig::default()
+        };
+        assert_eq!(c.reannounce_every_pings(), Some(3), "60 s: 3 pings of 25 s");
+        c.cluster_reannounce_ms = 1;
+        assert_eq!(c.reannounce_every_pings(), Some(1), "at least every ping");
+        c.cluster_reannounce_ms = 0;
+        assert_eq!(c.reannounce_every_pings(), None, "0 turns it off");
     }
 }

@@ -652,81 +652,11 @@ fn a_socketio_client_that_loses_its_node_recovers_what_it_missed_on_another() {
 
     // A stock socket.io-client, behind the balancer, served by node B.
     let balancer = Balancer::to(http_b);
-    assert!(
-        push_js().join("node_modules/socket.io-client").is_dir(),
-        "npm peers missing: run bash scripts/setup/push.sh"
-    );
-    let script =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/js/cluster_recovering_subscriber.js");
-    let mut child = Command::new("node")
-        .arg(script)
-        .arg(format!("http://{}", balancer.addr))
-        .arg("news.>")
-        .env("NODE_PATH", push_js().join("node_modules"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("node (scripts/setup/push.sh)");
-    let (tx, lines) = mpsc::channel::<String>();
-    let out = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let _stdin = child.stdin.take().unwrap();
-    let client = Subscriber {
-        child,
-        _stdin,
-        lines: mpsc::channel().1,
-    };
+    let client = recovering_client(&balancer);
     let mut got: Vec<serde_json::Value> = Vec::new();
-    let read = |wait: Duration, got: &mut Vec<serde_json::Value>| {
-        let deadline = Instant::now() + wait;
-        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-            match lines.recv_timeout(left) {
-                Ok(l) if l == "READY" => got.push(serde_json::json!({"ready": true})),
-                Ok(l) => {
-                    let v: serde_json::Value =
-                        serde_json::from_str(&l).unwrap_or_else(|_| panic!("not JSON: {l}"));
-                    assert!(v.get("error").is_none(), "subscriber failed: {v}");
-                    got.push(v);
-                }
-                Err(_) => break,
-            }
-        }
-    };
+    let read = |wait: Duration, got: &mut Vec<serde_json::Value>| read_into(&client, wait, got);
     let seq = news_r;
-    read(Duration::from_secs(20), &mut got);
-    assert!(
-        got.iter().any(|v| v["ready"] == true),
-        "the client did not subscribe: {got:?}; log:\n{}",
-        b.log()
-    );
-    // Node B reads from where the backbone ended when it started.
-    for attempt in 0.. {
-        assert!(attempt < 60, "no warm-up reached node B; log:\n{}", b.log());
-        publish(http_a, "news.warm", "{\"i\":0}");
-        read(Duration::from_millis(300), &mut got);
-        if got.iter().any(|v| v["event"] == "news.warm") {
-            break;
-        }
-    }
-    for i in 0..10 {
-        publish(http_a, "news.r", &format!("{{\"i\":{i}}}"));
-    }
-    while seq(&got).len() < 10 {
-        let before = got.len();
-        read(Duration::from_secs(10), &mut got);
-        assert!(got.len() > before, "node B delivered {:?}", seq(&got));
-    }
-    assert_eq!(seq(&got), (0..10).collect::<Vec<_>>());
-    let offset = got.iter().rev().find(|v| v["event"] == "news.r").unwrap()["offset"].clone();
-    assert!(
-        offset.as_str().is_some_and(|o| o.contains(';')),
-        "cluster offsets carry the backbone positions: {offset}"
-    );
-
+    subscribed_and_first_ten(&read, &mut got, http_a, &b);
     // Node B dies, then node C (node C announced the session it recovered
     // as its own, so node A recovers it in turn).
     let mut c = c;
@@ -805,6 +735,148 @@ fn a_socketio_client_that_loses_its_node_recovers_what_it_missed_on_another() {
         &read,
     );
     drop(client);
+}
+
+#[test]
+fn a_node_started_after_a_socketio_client_subscribed_learns_it_and_recovers_it() {
+    let broker = TestBroker::shared().expect("start the test broker (scripts/setup/kafka.sh)");
+    let bootstrap = broker.bootstrap();
+    let topic = "cluster-sio-late";
+    // Pings every second and the whole state re-announced at each.
+    let push = "[push]\nrecovery_window_ms = 60000\nping_interval_ms = 1000\n\
+                cluster_reannounce_ms = 1000\n";
+    let (a, http_a) = node_with("late-a", &bootstrap, topic, push);
+    let (mut b, http_b) = node_with("late-b", &bootstrap, topic, push);
+    wait_until_reading(&[(&a, http_a), (&b, http_b)]);
+    let balancer = Balancer::to(http_b);
+    let client = recovering_client(&balancer);
+    let mut got: Vec<serde_json::Value> = Vec::new();
+    let read = |wait: Duration, got: &mut Vec<serde_json::Value>| read_into(&client, wait, got);
+    subscribed_and_first_ten(&read, &mut got, http_a, &b);
+
+    // Node C starts only now: it never read the session's CONNECT nor its
+    // subscription, and learns them from the next whole-state announcement.
+    let (c, http_c) = node_with("late-c", &bootstrap, topic, push);
+    wait_until_reading(&[(&c, http_c)]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while metric(http_c, "tidegate_push_cluster_sessions") < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "node C never learnt the session; log:\n{}",
+            c.log()
+        );
+        read(Duration::from_millis(200), &mut got);
+    }
+    recover_after_kill(
+        &mut b,
+        &balancer,
+        (http_c, &c),
+        http_a,
+        10..20,
+        20..25,
+        &mut got,
+        &read,
+    );
+    assert_eq!(
+        metric(http_c, "tidegate_push_recovered_from_backbone_total"),
+        1.0
+    );
+    drop(client);
+}
+
+/// Waits for the recovering client's subscription, publishes warm-ups on
+/// `publish_to` until its node (`serving`) delivers one (a node reads from
+/// where the backbone ended when it started), then `news.r` 0..10, and
+/// checks they arrived in order with cluster offsets.
+fn subscribed_and_first_ten(
+    read: &dyn Fn(Duration, &mut Vec<serde_json::Value>),
+    got: &mut Vec<serde_json::Value>,
+    publish_to: SocketAddr,
+    serving: &Served,
+) {
+    read(Duration::from_secs(20), got);
+    assert!(
+        got.iter().any(|v| v["ready"] == true),
+        "the client did not subscribe: {got:?}; log:\n{}",
+        serving.log()
+    );
+    for attempt in 0.. {
+        assert!(
+            attempt < 60,
+            "no warm-up reached the client; log:\n{}",
+            serving.log()
+        );
+        publish(publish_to, "news.warm", "{\"i\":0}");
+        read(Duration::from_millis(300), got);
+        if got.iter().any(|v| v["event"] == "news.warm") {
+            break;
+        }
+    }
+    for i in 0..10 {
+        publish(publish_to, "news.r", &format!("{{\"i\":{i}}}"));
+    }
+    while news_r(got).len() < 10 {
+        let before = got.len();
+        read(Duration::from_secs(10), got);
+        assert!(got.len() > before, "delivered {:?}", news_r(got));
+    }
+    assert_eq!(news_r(got), (0..10).collect::<Vec<_>>());
+    let offset = got.iter().rev().find(|v| v["event"] == "news.r").unwrap()["offset"].clone();
+    assert!(
+        offset.as_str().is_some_and(|o| o.contains(';')),
+        "cluster offsets carry the backbone positions: {offset}"
+    );
+}
+
+/// A stock socket.io-client through `balancer`, subscribed to `news.>`
+/// with connection state recovery (tests/js/cluster_recovering_subscriber.js).
+fn recovering_client(balancer: &Balancer) -> Subscriber {
+    assert!(
+        push_js().join("node_modules/socket.io-client").is_dir(),
+        "npm peers missing: run bash scripts/setup/push.sh"
+    );
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/js/cluster_recovering_subscriber.js");
+    let mut child = Command::new("node")
+        .arg(script)
+        .arg(format!("http://{}", balancer.addr))
+        .arg("news.>")
+        .env("NODE_PATH", push_js().join("node_modules"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("node (scripts/setup/push.sh)");
+    let (tx, lines) = mpsc::channel::<String>();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let _stdin = child.stdin.take().unwrap();
+    Subscriber {
+        child,
+        _stdin,
+        lines,
+    }
+}
+
+/// Adds what a recovering client printed within `wait` to `got` (`READY`
+/// as `{"ready": true}`); fails on an error line.
+fn read_into(client: &Subscriber, wait: Duration, got: &mut Vec<serde_json::Value>) {
+    let deadline = Instant::now() + wait;
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match client.lines.recv_timeout(left) {
+            Ok(l) if l == "READY" => got.push(serde_json::json!({"ready": true})),
+            Ok(l) => {
+                let v: serde_json::Value =
+                    serde_json::from_str(&l).unwrap_or_else(|_| panic!("not JSON: {l}"));
+                assert!(v.get("error").is_none(), "subscriber failed: {v}");
+                got.push(v);
+            }
+            Err(_) => break,
+        }
+    }
 }
 
 /// The `i` of every `news.r` event a recovering subscriber printed.

@@ -56,6 +56,13 @@ impl App {
         }
     }
 
+    /// The session sent a ping (its periodic tick).
+    pub fn on_ping(&mut self, ctx: &PushContext) {
+        if let App::SocketIo(a) = self {
+            a.on_ping(ctx);
+        }
+    }
+
     /// Handles a client binary message.
     pub async fn on_binary(
         &mut self,

@@ -95,6 +95,9 @@ pub struct SocketIoApp {
     /// may still be queued: deliveries are matched against each
     /// namespace's subscriptions until the queue has been empty once.
     unmatched_queued: bool,
+    /// Pings sent since the session last announced its whole state
+    /// (cluster mode, `[push] cluster_reannounce_ms`).
+    pings_since_state: u32,
 }
 
 /// How long a recovery from the backbone may take: well within the ping
@@ -144,6 +147,34 @@ impl SocketIoApp {
                 .filter(|_| ctx.cluster_recovery())
                 .cloned(),
             unmatched_queued: false,
+            pings_since_state: 0,
+        }
+    }
+
+    /// Called at each ping the session sends: in cluster mode, every
+    /// `cluster_reannounce_ms` (in whole pings) it announces each
+    /// namespace's whole state again, so that a node started since it
+    /// subscribed knows it whole and can recover it too.
+    pub fn on_ping(&mut self, ctx: &PushContext) {
+        let Some(every) = ctx.config.reannounce_every_pings() else {
+            return;
+        };
+        if !self.cluster() || self.recovery.is_none() {
+            return;
+        }
+        self.pings_since_state += 1;
+        if self.pings_since_state < every {
+            return;
+        }
+        self.pings_since_state = 0;
+        let connected: Vec<String> = self
+            .nsps
+            .iter()
+            .filter(|(_, n)| n.connected)
+            .map(|(nsp, _)| nsp.clone())
+            .collect();
+        for nsp in connected {
+            self.announce_state(&nsp, ctx);
         }
     }
 

@@ -21,8 +21,10 @@
 //!   keeps only its last offset, so that one string must say where it is
 //!   in every partition.
 //!
-//! A node knows the sessions announced while it was reading the backbone:
-//! one started after a session subscribed cannot recover it.
+//! A node knows the sessions announced while it was reading the backbone.
+//! One started after a session subscribed learns it from the session's
+//! next whole-state announcement (`Own`), which every session repeats each
+//! `[push] cluster_reannounce_ms`; until then it cannot recover it.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;

@@ -110,6 +110,7 @@ pub async fn run(
             _ = sleep_until(next_ping), if pong_due.is_none() => {
                 session.send_text(&b"2"[..]);
                 pong_due = Some(Instant::now() + timeout);
+                app.on_ping(&ctx);
             }
             _ = sleep_until(pong_due.unwrap_or_else(Instant::now)), if pong_due.is_some() => {
                 break End::Lost("ping timeout".into());
