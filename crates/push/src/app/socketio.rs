@@ -147,7 +147,11 @@ impl SocketIoApp {
                 .filter(|_| ctx.cluster_recovery())
                 .cloned(),
             unmatched_queued: false,
-            pings_since_state: 0,
+            // A random phase: sessions that connected together (a storm)
+            // do not all announce in the same round of pings.
+            pings_since_state: ctx.config.reannounce_every_pings().map_or(0, |every| {
+                rand::Rng::gen_range(&mut rand::thread_rng(), 0..every)
+            }),
         }
     }
 
