@@ -82,7 +82,10 @@ struct NspSocket {
 #[derive(Debug)]
 pub struct SocketIoApp {
     sub: Subscriber,
-    nsps: HashMap<String, NspSocket>,
+    /// Boxed: a map's table holds room for several entries, and a session
+    /// usually joins one namespace, so each empty slot costs a pointer, not
+    /// a whole socket (idle sessions, BENCHMARKS.md).
+    nsps: HashMap<String, Box<NspSocket>>,
     pending: Option<BinaryAssembler>,
     /// The session's id for recovery, with recovery on.
     recovery: Option<Ticket>,
@@ -422,19 +425,21 @@ impl SocketIoApp {
                 sock.sid = new_sid();
                 sock
             }
-            None => self.nsps.entry(p.nsp.clone()).or_insert_with(|| NspSocket {
-                name: Arc::from(p.nsp.as_str()),
-                sid: new_sid(),
-                subscriptions: Since::default(),
-                live_from: 0,
-                seq_floor: 0,
-                starts: HashMap::new(),
-                positions: Positions::new(),
-                replayed_to: Positions::new(),
-                announced: 0,
-                dirty: false,
-                grants: grants.clone(),
-                connected: true,
+            None => self.nsps.entry(p.nsp.clone()).or_insert_with(|| {
+                Box::new(NspSocket {
+                    name: Arc::from(p.nsp.as_str()),
+                    sid: new_sid(),
+                    subscriptions: Since::default(),
+                    live_from: 0,
+                    seq_floor: 0,
+                    starts: HashMap::new(),
+                    positions: Positions::new(),
+                    replayed_to: Positions::new(),
+                    announced: 0,
+                    dirty: false,
+                    grants: grants.clone(),
+                    connected: true,
+                })
             }),
         };
         sock.grants = grants;
@@ -704,7 +709,7 @@ impl SocketIoApp {
             .collect();
         self.nsps.insert(
             nsp.to_owned(),
-            NspSocket {
+            Box::new(NspSocket {
                 name: Arc::from(nsp),
                 sid: entry.sid.unwrap_or_else(new_sid),
                 subscriptions: since,
@@ -717,7 +722,7 @@ impl SocketIoApp {
                 dirty: false,
                 grants: grants.clone(),
                 connected: false,
-            },
+            }),
         );
         if !o.refused.is_empty() {
             not("a subscription cannot be put back");
