@@ -15,6 +15,7 @@
 
 #![warn(missing_docs)]
 
+pub mod accept_errors;
 pub mod config;
 pub mod inbound;
 pub mod server;

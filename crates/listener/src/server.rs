@@ -9,7 +9,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use thiserror::Error;
@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::accept_errors::AcceptErrorLog;
 use crate::config::ListenerSettings;
 use crate::inbound::Inbound;
 use crate::stream::{Activity, ConnStream};
@@ -192,6 +193,7 @@ impl Listener {
             max_connections = self.settings.max_connections,
             "accepting"
         );
+        let mut accept_errors = AcceptErrorLog::default();
         loop {
             let accepted = tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -201,7 +203,14 @@ impl Listener {
                 Ok(a) => a,
                 Err(e) => {
                     metrics.refused("accept_error");
-                    tracing::warn!(listener = self.name, error = %e, "accept failed");
+                    if let Some(failures) = accept_errors.failed(Instant::now()) {
+                        tracing::warn!(
+                            listener = self.name,
+                            error = %e,
+                            failures,
+                            "accept failed (failures since the last such warning)"
+                        );
+                    }
                     tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
                     continue;
                 }
