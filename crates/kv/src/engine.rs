@@ -213,14 +213,20 @@ impl Engine {
 
     fn apply_unsynced_inner(&self, key: &[u8], record: &Record) -> Result<bool, KvError> {
         let _guard = self.stripe(key).lock();
-        let newer = match self.get(key)? {
-            Some(current) => record.supersedes(&current),
-            None => true,
-        };
+        let newer = self.supersedes_stored(key, record)?;
         if newer {
             self.data.insert(key, record.encode().as_ref())?;
         }
         Ok(newer)
+    }
+
+    /// Whether `record` wins over the stored version of `key` (or there is
+    /// none). Callers hold the key's stripe.
+    fn supersedes_stored(&self, key: &[u8], record: &Record) -> Result<bool, KvError> {
+        Ok(match self.get(key)? {
+            Some(current) => record.supersedes(&current),
+            None => true,
+        })
     }
 
     /// [`Engine::apply`] for many records, with one fsync at the end under
@@ -265,10 +271,7 @@ impl Engine {
         for (key, record) in records {
             let newer = match winners.get(key.as_ref()) {
                 Some(current) => record.supersedes(current),
-                None => match self.get(key)? {
-                    Some(current) => record.supersedes(&current),
-                    None => true,
-                },
+                None => self.supersedes_stored(key, record)?,
             };
             if newer {
                 winners.insert(key.as_ref(), record);

@@ -138,23 +138,27 @@ fn close(why: impl Into<String>) -> CloseReason {
 impl SocketIoApp {
     /// A session with no namespace joined yet.
     pub fn new(ctx: &PushContext) -> Self {
+        let backbone = ctx
+            .hub
+            .backbone()
+            .filter(|_| ctx.cluster_recovery())
+            .cloned();
+        // A random phase: sessions that connected together (a storm) do
+        // not all announce in the same round of pings. Drawn in cluster
+        // mode only, the one that announces.
+        let pings_since_state = match (&backbone, ctx.config.reannounce_every_pings()) {
+            (Some(_), Some(every)) => rand::Rng::gen_range(&mut rand::thread_rng(), 0..every),
+            _ => 0,
+        };
         SocketIoApp {
             sub: ctx.hub.subscriber(ctx.config.subscriber_options()),
             nsps: HashMap::new(),
             pending: None,
             recovery: None,
             owner: new_sid(),
-            backbone: ctx
-                .hub
-                .backbone()
-                .filter(|_| ctx.cluster_recovery())
-                .cloned(),
+            backbone,
             unmatched_queued: false,
-            // A random phase: sessions that connected together (a storm)
-            // do not all announce in the same round of pings.
-            pings_since_state: ctx.config.reannounce_every_pings().map_or(0, |every| {
-                rand::Rng::gen_range(&mut rand::thread_rng(), 0..every)
-            }),
+            pings_since_state,
         }
     }
 
