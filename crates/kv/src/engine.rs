@@ -23,11 +23,15 @@ use crate::commit::GroupCommit;
 use crate::config::{SyncPolicy, DEFAULT_CACHE_MB};
 use crate::error::KvError;
 use crate::record::Record;
+use crate::stamp_bound::StampBounds;
 
 /// Name of the keyspace holding the records.
 const KEYSPACE: &str = "entities";
 /// Name of the keyspace holding hinted-handoff records ([`crate::hints`]).
 const HINTS_KEYSPACE: &str = "hints";
+/// Name of the keyspace holding the engine's own bookkeeping
+/// ([`crate::stamp_bound`]).
+const META_KEYSPACE: &str = "meta";
 /// Locks that make a read-compare-write of one key atomic; a key takes the
 /// stripe of its hash, so unrelated keys rarely wait on each other.
 const LOCK_STRIPES: usize = 256;
@@ -43,6 +47,9 @@ pub struct Engine {
     db: Database,
     data: Keyspace,
     hints: Keyspace,
+    meta: Keyspace,
+    /// Proves most writes newer than their key's stored version unread.
+    bounds: StampBounds,
     sync: SyncPolicy,
     stripes: Box<[Mutex<()>]>,
     stop: Arc<AtomicBool>,
@@ -85,11 +92,17 @@ impl Engine {
         let hints = db.keyspace(HINTS_KEYSPACE, || {
             KeyspaceCreateOptions::default().manual_journal_persist(manual)
         })?;
+        let meta = db.keyspace(META_KEYSPACE, || {
+            KeyspaceCreateOptions::default().manual_journal_persist(manual)
+        })?;
+        let bounds = StampBounds::load(&meta, &data)?;
         let group_commit = (sync == SyncPolicy::Always).then(|| GroupCommit::start(db.clone()));
         Ok(Engine {
             db,
             data,
             hints,
+            meta,
+            bounds,
             sync,
             stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             stop: Arc::new(AtomicBool::new(false)),
@@ -139,7 +152,7 @@ impl Engine {
     }
 
     fn stripe(&self, key: &[u8]) -> &Mutex<()> {
-        &self.stripes[stripe_of(key)]
+        &self.stripes[stripe_of(key_hash(key))]
     }
 
     /// The stored version of `key` (value or tombstone), if any.
@@ -212,17 +225,24 @@ impl Engine {
     }
 
     fn apply_unsynced_inner(&self, key: &[u8], record: &Record) -> Result<bool, KvError> {
-        let _guard = self.stripe(key).lock();
-        let newer = self.supersedes_stored(key, record)?;
+        let hash = key_hash(key);
+        let _guard = self.stripes[stripe_of(hash)].lock();
+        let newer = self.supersedes_stored(hash, key, record)?;
         if newer {
+            self.bounds.cover(&self.meta, record.timestamp)?;
             self.data.insert(key, record.encode().as_ref())?;
+            self.bounds.note(hash, record.timestamp);
         }
         Ok(newer)
     }
 
     /// Whether `record` wins over the stored version of `key` (or there is
-    /// none). Callers hold the key's stripe.
-    fn supersedes_stored(&self, key: &[u8], record: &Record) -> Result<bool, KvError> {
+    /// none): read only when the stamp bounds cannot tell. Callers hold the
+    /// key's stripe.
+    fn supersedes_stored(&self, hash: u64, key: &[u8], record: &Record) -> Result<bool, KvError> {
+        if self.bounds.newer_than_stored(hash, record.timestamp) {
+            return Ok(true);
+        }
         Ok(match self.get(key)? {
             Some(current) => record.supersedes(&current),
             None => true,
@@ -260,30 +280,35 @@ impl Engine {
         // Every stripe the records need, taken in ascending order: single-key
         // writers hold one stripe at a time, so no two lockers can wait on
         // each other.
-        let mut stripes: Vec<usize> = records.iter().map(|(k, _)| stripe_of(k)).collect();
+        let hashes: Vec<u64> = records.iter().map(|(k, _)| key_hash(k)).collect();
+        let mut stripes: Vec<usize> = hashes.iter().map(|&h| stripe_of(h)).collect();
         stripes.sort_unstable();
         stripes.dedup();
         let _guards: Vec<_> = stripes.iter().map(|&i| self.stripes[i].lock()).collect();
         let mut stored = Vec::with_capacity(records.len());
         // The record each key will hold once the batch is written, so a key
         // given twice compares with its first record, not the stored one.
-        let mut winners: HashMap<&[u8], &Record> = HashMap::with_capacity(records.len());
-        for (key, record) in records {
+        let mut winners: HashMap<&[u8], (u64, &Record)> = HashMap::with_capacity(records.len());
+        for ((key, record), &hash) in records.iter().zip(&hashes) {
             let newer = match winners.get(key.as_ref()) {
-                Some(current) => record.supersedes(current),
-                None => self.supersedes_stored(key, record)?,
+                Some((_, current)) => record.supersedes(current),
+                None => self.supersedes_stored(hash, key, record)?,
             };
             if newer {
-                winners.insert(key.as_ref(), record);
+                winners.insert(key.as_ref(), (hash, record));
             }
             stored.push(newer);
         }
-        if !winners.is_empty() {
+        if let Some(newest) = winners.values().map(|(_, r)| r.timestamp).max() {
+            self.bounds.cover(&self.meta, newest)?;
             let mut batch = self.db.batch();
-            for (key, record) in winners {
-                batch.insert(&self.data, key, record.encode().as_ref());
+            for (key, (_, record)) in &winners {
+                batch.insert(&self.data, *key, record.encode().as_ref());
             }
             batch.commit()?;
+            for (hash, record) in winners.values() {
+                self.bounds.note(*hash, record.timestamp);
+            }
         }
         Ok(stored)
     }
@@ -415,9 +440,14 @@ impl Drop for Engine {
     }
 }
 
-/// The lock stripe of `key`.
-fn stripe_of(key: &[u8]) -> usize {
-    xxhash_rust::xxh3::xxh3_64(key) as usize % LOCK_STRIPES
+/// The hash that places `key` in a lock stripe and a stamp-bound bucket.
+fn key_hash(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(key)
+}
+
+/// The lock stripe of a key of hash `hash`.
+fn stripe_of(hash: u64) -> usize {
+    hash as usize % LOCK_STRIPES
 }
 
 /// A hint's key: the node's URL, a zero byte (URLs have none), the key.
@@ -497,6 +527,112 @@ mod tests {
             for k in 0u8..4 {
                 let key = [b'k', k];
                 proptest::prop_assert_eq!(batched.get(&key).unwrap(), one_by_one.get(&key).unwrap());
+            }
+        }
+    }
+
+    /// A write stamped older than what a key holds loses after a restart
+    /// too: the stamp bound on disk covers what was stored before.
+    #[test]
+    fn last_write_wins_against_what_was_stored_before_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let e = Engine::open(dir.path(), SyncPolicy::Always).unwrap();
+            assert!(e.apply(b"k", &v(5_000_000_000, "new")).unwrap());
+        }
+        let e = Engine::open(dir.path(), SyncPolicy::Always).unwrap();
+        let on_disk = e.meta.get(crate::stamp_bound::BOUND_KEY).unwrap().unwrap();
+        assert!(
+            u64::from_be_bytes(on_disk.as_ref().try_into().unwrap()) >= 5_000_000_000,
+            "the bound was written, not found by a scan"
+        );
+        assert!(!e.apply(b"k", &v(7, "old")).unwrap());
+        assert_eq!(e.get(b"k").unwrap().unwrap().value, "new");
+    }
+
+    /// A data directory written before the bound existed (no bound on
+    /// disk) is scanned on open for its highest stamp.
+    #[test]
+    fn a_directory_without_a_stamp_bound_is_scanned_for_one() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let e = Engine::open(dir.path(), SyncPolicy::Always).unwrap();
+            assert!(e.apply(b"k", &v(5_000_000_000, "new")).unwrap());
+            e.meta.remove(crate::stamp_bound::BOUND_KEY).unwrap();
+            e.persist().unwrap();
+        }
+        let e = Engine::open(dir.path(), SyncPolicy::Always).unwrap();
+        assert!(e.meta.get(crate::stamp_bound::BOUND_KEY).unwrap().is_none());
+        assert!(!e.apply(b"k", &v(7, "old")).unwrap());
+        assert_eq!(e.get(b"k").unwrap().unwrap().value, "new");
+    }
+
+    /// One step of [`last_write_wins_across_restarts_matches_a_model`].
+    #[derive(Debug, Clone)]
+    enum Step {
+        Write(Bytes, Record),
+        Batch(Vec<(Bytes, Record)>),
+        Reopen,
+    }
+
+    fn steps() -> impl proptest::strategy::Strategy<Value = Vec<Step>> {
+        use proptest::prelude::*;
+        // Stamps around the bound's one-second headroom and across it, so
+        // writes land under, at and over the bound on disk.
+        let stamp = (0u64..6, 0u64..3).prop_map(|(s, n)| s * 700_000_000 + n);
+        let record = (stamp, any::<bool>(), 0u8..3).prop_map(|(ts, dead, v)| {
+            if dead {
+                Record::tombstone(ts)
+            } else {
+                Record::value(ts, Bytes::from(vec![b'a' + v]))
+            }
+        });
+        let write = ((0u8..4).prop_map(|k| Bytes::from(vec![b'k', k])), record);
+        let step = prop_oneof![
+            6 => write.clone().prop_map(|(k, r)| Step::Write(k, r)),
+            2 => proptest::collection::vec(write, 0..6).prop_map(Step::Batch),
+            1 => Just(Step::Reopen),
+        ];
+        proptest::collection::vec(step, 0..40)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(32))]
+
+        /// Writes skipped past the stored-version read by the stamp bounds
+        /// answer and store exactly what last-write-wins over every write
+        /// ever made says, across restarts.
+        #[test]
+        fn last_write_wins_across_restarts_matches_a_model(steps in steps()) {
+            let dir = tempfile::tempdir().unwrap();
+            let mut e = Engine::open(dir.path(), SyncPolicy::Always).unwrap();
+            let mut model: HashMap<Bytes, Record> = HashMap::new();
+            let mut model_apply = |k: &Bytes, r: &Record| -> bool {
+                let newer = model.get(k).is_none_or(|cur| r.supersedes(cur));
+                if newer {
+                    model.insert(k.clone(), r.clone());
+                }
+                newer
+            };
+            for step in &steps {
+                match step {
+                    Step::Write(k, r) => {
+                        proptest::prop_assert_eq!(e.apply(k, r).unwrap(), model_apply(k, r));
+                    }
+                    Step::Batch(b) => {
+                        let expected: Vec<bool> = b.iter().map(|(k, r)| model_apply(k, r)).collect();
+                        proptest::prop_assert_eq!(e.apply_many(b).unwrap(), expected);
+                    }
+                    Step::Reopen => {
+                        drop(e);
+                        e = Engine::open(dir.path(), SyncPolicy::Always).unwrap();
+                    }
+                }
+            }
+            for k in 0u8..4 {
+                let key = Bytes::from(vec![b'k', k]);
+                let stored = e.get(&key).unwrap();
+                proptest::prop_assert_eq!(stored.as_ref(), model.get(&key));
             }
         }
     }

@@ -28,6 +28,9 @@ pub enum KvError {
     /// A stored or received record is malformed.
     #[error("malformed record: {0}")]
     Record(#[from] crate::record::RecordError),
+    /// The engine's own bookkeeping on disk is malformed.
+    #[error("kv storage metadata: {0}")]
+    Metadata(String),
     /// A blocking storage task panicked or was cancelled.
     #[error("kv storage task failed: {0}")]
     Task(String),

@@ -30,6 +30,7 @@ pub mod merkle;
 pub mod metrics;
 pub mod record;
 pub mod ring;
+pub mod stamp_bound;
 pub mod store;
 pub mod watch;
 
