@@ -17,16 +17,18 @@
 //!
 //! Body size, timeouts and the byte budget are the `[http]` server's.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
 use bytes::{BufMut, Bytes, BytesMut};
+use http_body_util::BodyExt;
 
 use crate::anti_entropy::{parse_leaves, ENTRIES_PATH, TREE_PATH};
 use crate::auth;
@@ -56,8 +58,6 @@ pub fn router(store: KvStore) -> Router {
         .route(TREE_PATH, get(tree))
         .route(ENTRIES_PATH, post(entries))
         .fallback(|| async { (StatusCode::BAD_REQUEST, "Bad Request\n") })
-        // The [http] server enforces max_body_bytes (413) for every route.
-        .layer(DefaultBodyLimit::disable())
         .with_state(store)
 }
 
@@ -77,6 +77,59 @@ fn failed(e: KvError) -> Response {
     }
 }
 
+/// The body of a request, whole. The `[http]` server has capped it at
+/// `max_body_bytes` and metered it against the byte budget; a body cut off
+/// by that cap is a 413, one the client stopped sending a 400.
+async fn whole_body(body: Body) -> Result<Bytes, Response> {
+    match body.collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) => {
+            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+            while let Some(c) = cause {
+                if c.is::<http_body_util::LengthLimitError>() {
+                    return Err((
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "request body larger than [http] max_body_bytes\n",
+                    )
+                        .into_response());
+                }
+                cause = c.source();
+            }
+            Err(bad(&format!("request body not received: {e}")))
+        }
+    }
+}
+
+/// The query of a `/v0/entity` request, read in place (percent-decoded
+/// only where it has escapes): this runs on every client request, where a
+/// map of owned strings cost measurable CPU. Of a repeated name, the last
+/// counts.
+#[derive(Default)]
+struct EntityQuery<'a> {
+    id: Option<Cow<'a, str>>,
+    ack: Option<Cow<'a, str>>,
+    from: Option<Cow<'a, str>>,
+    ttl_ms: Option<Cow<'a, str>>,
+}
+
+impl<'a> EntityQuery<'a> {
+    fn of(uri: &'a Uri) -> Self {
+        let mut q = EntityQuery::default();
+        let query = uri.query().unwrap_or("");
+        for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+            let slot = match name.as_ref() {
+                "id" => &mut q.id,
+                "ack" => &mut q.ack,
+                "from" => &mut q.from,
+                "ttl_ms" => &mut q.ttl_ms,
+                _ => continue,
+            };
+            *slot = Some(value);
+        }
+        q
+    }
+}
+
 /// A validated `id`, `ack` and `from`.
 struct Target {
     key: Bytes,
@@ -84,18 +137,23 @@ struct Target {
     from: usize,
 }
 
+/// A validated `id`: not empty, at most [`MAX_KEY_BYTES`].
+fn key_of(id: Option<&str>) -> Result<Bytes, String> {
+    match id {
+        Some(id) if !id.is_empty() && id.len() <= MAX_KEY_BYTES => {
+            Ok(Bytes::copy_from_slice(id.as_bytes()))
+        }
+        Some(id) if !id.is_empty() => Err("id too long".into()),
+        _ => Err("missing or empty id".into()),
+    }
+}
+
 /// Checks `id`, `ack`, `from` against the cluster size: `from` defaults to
 /// the cluster size, `ack` to a quorum of `from`.
-fn target(p: &HashMap<String, String>, cluster: usize) -> Result<Target, String> {
-    let key = match p.get("id") {
-        Some(id) if !id.is_empty() && id.len() <= MAX_KEY_BYTES => {
-            Bytes::copy_from_slice(id.as_bytes())
-        }
-        Some(id) if !id.is_empty() => return Err("id too long".into()),
-        _ => return Err("missing or empty id".into()),
-    };
-    let num = |name: &str| -> Result<Option<usize>, String> {
-        match p.get(name) {
+fn target(q: &EntityQuery<'_>, cluster: usize) -> Result<Target, String> {
+    let key = key_of(q.id.as_deref())?;
+    let num = |name: &str, v: &Option<Cow<'_, str>>| -> Result<Option<usize>, String> {
+        match v {
             None => Ok(None),
             Some(v) => v
                 .parse::<usize>()
@@ -103,8 +161,8 @@ fn target(p: &HashMap<String, String>, cluster: usize) -> Result<Target, String>
                 .map_err(|_| format!("{name} is not a number")),
         }
     };
-    let from = num("from")?.unwrap_or(cluster);
-    let ack = num("ack")?.unwrap_or(from / 2 + 1);
+    let from = num("from", &q.from)?.unwrap_or(cluster);
+    let ack = num("ack", &q.ack)?.unwrap_or(from / 2 + 1);
     if from == 0 || from > cluster {
         return Err("from must be between 1 and the cluster size".into());
     }
@@ -114,8 +172,8 @@ fn target(p: &HashMap<String, String>, cluster: usize) -> Result<Target, String>
     Ok(Target { key, ack, from })
 }
 
-async fn get_entity(State(store): State<KvStore>, Query(p): Params) -> Response {
-    let t = match target(&p, store.cluster_size()) {
+async fn get_entity(State(store): State<KvStore>, uri: Uri) -> Response {
+    let t = match target(&EntityQuery::of(&uri), store.cluster_size()) {
         Ok(t) => t,
         Err(why) => return bad(&why),
     };
@@ -126,15 +184,20 @@ async fn get_entity(State(store): State<KvStore>, Query(p): Params) -> Response 
     }
 }
 
-async fn put_entity(State(store): State<KvStore>, Query(p): Params, body: Bytes) -> Response {
-    let t = match target(&p, store.cluster_size()) {
+async fn put_entity(State(store): State<KvStore>, uri: Uri, body: Body) -> Response {
+    let q = EntityQuery::of(&uri);
+    let t = match target(&q, store.cluster_size()) {
         Ok(t) => t,
         Err(why) => return bad(&why),
     };
-    let ttl = match p.get("ttl_ms").map(|v| v.parse::<u64>()) {
+    let ttl = match q.ttl_ms.map(|v| v.parse::<u64>()) {
         None => None,
         Some(Ok(ms)) if ms > 0 => Some(Duration::from_millis(ms)),
         Some(_) => return bad("ttl_ms must be a number > 0"),
+    };
+    let body = match whole_body(body).await {
+        Ok(b) => b,
+        Err(refused) => return refused,
     };
     match store.write(t.key, Some(body), ttl, t.ack, t.from).await {
         Ok(()) => (StatusCode::CREATED, "Created\n").into_response(),
@@ -142,8 +205,8 @@ async fn put_entity(State(store): State<KvStore>, Query(p): Params, body: Bytes)
     }
 }
 
-async fn delete_entity(State(store): State<KvStore>, Query(p): Params) -> Response {
-    let t = match target(&p, store.cluster_size()) {
+async fn delete_entity(State(store): State<KvStore>, uri: Uri) -> Response {
+    let t = match target(&EntityQuery::of(&uri), store.cluster_size()) {
         Ok(t) => t,
         Err(why) => return bad(&why),
     };
@@ -216,17 +279,18 @@ async fn internal(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    Query(p): Params,
-    body: Bytes,
+    body: Body,
 ) -> Response {
+    let body = match whole_body(body).await {
+        Ok(b) => b,
+        Err(refused) => return refused,
+    };
     if let Some(no) = refused(&store, &method, &uri, &headers, &body) {
         return no;
     }
-    let key = match p.get("id") {
-        Some(id) if !id.is_empty() && id.len() <= MAX_KEY_BYTES => {
-            Bytes::copy_from_slice(id.as_bytes())
-        }
-        _ => return bad("missing or empty id"),
+    let key = match key_of(EntityQuery::of(&uri).id.as_deref()) {
+        Ok(key) => key,
+        Err(why) => return bad(&why),
     };
     if method == Method::GET {
         return match store.local_get(key).await {
@@ -252,8 +316,12 @@ async fn internal_batch(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
+    let body = match whole_body(body).await {
+        Ok(b) => b,
+        Err(refused) => return refused,
+    };
     if let Some(no) = refused(&store, &method, &uri, &headers, &body) {
         return no;
     }
@@ -315,8 +383,12 @@ async fn entries(
     uri: Uri,
     headers: HeaderMap,
     Query(p): Params,
-    body: Bytes,
+    body: Body,
 ) -> Response {
+    let body = match whole_body(body).await {
+        Ok(b) => b,
+        Err(refused) => return refused,
+    };
     if let Some(no) = refused(&store, &method, &uri, &headers, &body) {
         return no;
     }

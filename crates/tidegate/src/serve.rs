@@ -175,7 +175,7 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
             Some(ctx) => app.merge(tidegate_push::router_with_context(ctx.clone())),
             None => app,
         };
-        let app = http::server::with_limits(app, &config.http, hub.budget().clone());
+        let app = http::limits::with_limits(app, &config.http, hub.budget().clone());
         let (hub, token) = (hub.clone(), shutdown.clone());
         start(&mut tasks, &readiness, "http", async move {
             l.run(&hub, token, grace, move |conn| {

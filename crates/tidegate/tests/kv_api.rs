@@ -87,6 +87,28 @@ fn a_body_over_max_body_bytes_is_413_and_not_stored() {
     assert_eq!(n.req("PUT", &entity("ok", ""), &[b'x'; 1024]).0, 201);
     assert_eq!(n.req("PUT", &entity("big", ""), &[b'x'; 1025]).0, 413);
     assert_eq!(n.req("GET", &entity("big", ""), b"").0, 404);
+    // Sent chunked, without a length: cut off at the limit, still a 413.
+    let mut s = std::net::TcpStream::connect(n.addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let head = format!(
+        "PUT {} HTTP/1.1\r\nHost: kv\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n",
+        entity("chunked", "")
+    );
+    let mut sent = head.into_bytes();
+    for _ in 0..2 {
+        sent.extend_from_slice(b"300\r\n");
+        sent.extend_from_slice(&[b'x'; 0x300]);
+        sent.extend_from_slice(b"\r\n");
+    }
+    sent.extend_from_slice(b"0\r\n\r\n");
+    // The server may answer and close before reading it all.
+    let _ = std::io::Write::write_all(&mut s, &sent);
+    let mut answer = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut s, &mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert_eq!(n.req("GET", &entity("chunked", ""), b"").0, 404);
 }
 
 #[test]

@@ -9,12 +9,15 @@
 //!   that grows with what arrives before hyper allocates its own.
 //! - `tracked`: the stream hyper serves on (the first head, the clock, and
 //!   the byte budget of an upgraded websocket).
-//! - [`server`]: hyper on a listener-core connection, with the header-read,
-//!   request and idle timeouts, the body limit and the byte budget.
+//! - [`limits`]: the request timeout, the body limit and the byte budget,
+//!   wrapped once around the router.
+//! - [`server`]: hyper on a listener-core connection, with the header-read
+//!   and idle timeouts.
 
 pub mod config;
 pub mod first_head;
 pub mod health;
+pub mod limits;
 pub mod routes;
 pub mod server;
 mod tracked;

@@ -5,160 +5,29 @@
 //!   that trickles its request line or headers is closed), measured from a
 //!   head's first byte — a keep-alive connection waiting quietly for its
 //!   next request is governed by `idle_timeout_ms` instead;
-//! - `[http] request_timeout_ms` bounds a request from headers to response
-//!   (408), and `max_body_bytes` bounds its body (413 with a message saying
-//!   which limit);
-//! - request bodies draw their bytes from the hub's in-flight budget as
-//!   they arrive and hold them until the response is produced, so many
-//!   large uploads wait for room instead of growing memory;
+//! - the request timeout, body limit and byte budget are [`super::limits`]'s,
+//!   wrapped around the application before it gets here;
 //! - a keep-alive connection with no request in flight that moves no byte
 //!   for `idle_timeout_ms` is closed.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use axum::Router;
-use bytes::Bytes;
-use http_body::Frame;
+use axum::http::StatusCode;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tidegate_hub::{BodyBytes, BudgetPermit, InflightBudget, UpgradedBytes};
+use tidegate_hub::UpgradedBytes;
 use tidegate_listener::{Activity, Connection};
-use tower::Service;
+use tower::ServiceExt;
 
 use super::first_head::{read_first_head, FirstHead};
+use super::limits::HttpApp;
 use super::tracked::TrackedStream;
-use super::HttpConfig;
 
 /// Largest buffer hyper keeps per connection for headers and body reads.
 const MAX_CONNECTION_BUFFER_BYTES: usize = 64 * 1024;
-
-/// Wraps `app` in the request limits of `[http]` and the byte budget.
-pub fn with_limits(app: Router, config: &HttpConfig, budget: InflightBudget) -> Router {
-    let limits = BodyLimits {
-        max_body: config.max_body_bytes,
-        budget,
-    };
-    let app = app.layer(axum::middleware::from_fn_with_state(limits, limit_body));
-    if config.request_timeout_ms == 0 {
-        return app; // 0: no limit, as for every other `_ms` key
-    }
-    app.layer(tower_http::timeout::TimeoutLayer::with_status_code(
-        StatusCode::REQUEST_TIMEOUT,
-        Duration::from_millis(config.request_timeout_ms),
-    ))
-}
-
-#[derive(Clone)]
-struct BodyLimits {
-    max_body: usize,
-    budget: InflightBudget,
-}
-
-fn too_large(max: usize) -> Response {
-    (
-        StatusCode::PAYLOAD_TOO_LARGE,
-        format!("request body larger than [http] max_body_bytes = {max}\n"),
-    )
-        .into_response()
-}
-
-/// Refuses a body announced larger than the limit at once, caps one sent
-/// without a length, and meters what arrives against the budget.
-async fn limit_body(State(limits): State<BodyLimits>, req: Request, next: Next) -> Response {
-    let announced = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if announced.is_some_and(|n| n > limits.max_body as u64) {
-        return too_large(limits.max_body);
-    }
-    let held = BodyBytes::new(limits.budget.empty());
-    let (mut parts, body) = req.into_parts();
-    // A handler that keeps the body's data past its response (S2S holds
-    // FlowFiles until commit) takes these bytes with it.
-    parts.extensions.insert(held.clone());
-    let body = MeteredBody {
-        inner: http_body_util::Limited::new(body, limits.max_body),
-        budget: limits.budget.clone(),
-        held: held.clone(),
-        waiting: None,
-    };
-    let response = next.run(Request::from_parts(parts, Body::new(body))).await;
-    // The body's bytes are held until the handler answered.
-    drop(held);
-    response
-}
-
-type Acquire = Pin<Box<dyn Future<Output = BudgetPermit> + Send>>;
-
-/// A request body whose frames are handed on only once their bytes are
-/// taken from the budget.
-struct MeteredBody<B> {
-    inner: B,
-    budget: InflightBudget,
-    held: BodyBytes,
-    waiting: Option<(Frame<Bytes>, Acquire)>,
-}
-
-impl<B> http_body::Body for MeteredBody<B>
-where
-    B: http_body::Body<Data = Bytes> + Unpin,
-{
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let this = &mut *self;
-        if let Some((_, acquire)) = this.waiting.as_mut() {
-            let permit = std::task::ready!(acquire.as_mut().poll(cx));
-            this.held.add(permit);
-            let (frame, _) = this.waiting.take().expect("checked above");
-            return Poll::Ready(Some(Ok(frame)));
-        }
-        let frame = match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
-            Some(Ok(f)) => f,
-            other => return Poll::Ready(other),
-        };
-        let n = frame.data_ref().map_or(0, |d| d.len());
-        if n == 0 {
-            return Poll::Ready(Some(Ok(frame)));
-        }
-        if let Some(permit) = this.budget.try_acquire(n) {
-            this.held.add(permit);
-            return Poll::Ready(Some(Ok(frame)));
-        }
-        let budget = this.budget.clone();
-        let mut acquire: Acquire = Box::pin(async move { budget.acquire(n).await });
-        match acquire.as_mut().poll(cx) {
-            Poll::Ready(permit) => {
-                this.held.add(permit);
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Poll::Pending => {
-                this.waiting = Some((frame, acquire));
-                Poll::Pending
-            }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.waiting.is_none() && self.inner.is_end_stream()
-    }
-}
 
 /// What the watchdog of one connection knows: requests in flight, and
 /// when the head of the next request began to arrive.
@@ -286,7 +155,7 @@ async fn watchdog(
 /// out, or shutdown (which lets the request in progress finish). An
 /// upgraded connection (WebSocket) keeps its place under `max_connections`
 /// and in the open-connections gauge until its handler lets it go.
-pub async fn serve_connection(conn: Connection, app: Router) {
+pub async fn serve_connection(conn: Connection, app: HttpApp) {
     // The HTTP part runs in an allocation of its own, let go when it ends:
     // an upgraded connection's task then holds only the wait for its
     // handler (a few bytes, where the HTTP state machine took kilobytes for
@@ -299,7 +168,7 @@ pub async fn serve_connection(conn: Connection, app: Router) {
 
 /// [`serve_connection`] until hyper lets go of the connection; then the
 /// signal of the stream's drop (`None` if it never got that far).
-async fn serve_http(conn: Connection, app: Router) -> Option<tokio::sync::oneshot::Receiver<()>> {
+async fn serve_http(conn: Connection, app: HttpApp) -> Option<tokio::sync::oneshot::Receiver<()>> {
     let Connection {
         stream,
         inbound,
@@ -358,7 +227,7 @@ async fn serve_http(conn: Connection, app: Router) -> Option<tokio::sync::onesho
         let metrics = metrics.clone();
         let upgraded = upgraded.clone();
         hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-            let mut app = app.clone();
+            let app = app.clone();
             let guard = InFlight::enter(&clock);
             let clock = clock.clone();
             metrics.frames_in(1);
@@ -366,7 +235,7 @@ async fn serve_http(conn: Connection, app: Router) -> Option<tokio::sync::onesho
             // after each message (see `tracked`).
             req.extensions_mut().insert(upgraded.clone());
             async move {
-                let r = app.call(req.map(Body::new)).await;
+                let r = app.oneshot(req.map(Body::new)).await;
                 if let Ok(resp) = &r {
                     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
                         clock.upgraded.store(true, Ordering::Relaxed);
