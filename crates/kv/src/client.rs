@@ -8,8 +8,10 @@
 //! and [`ReplicaClient::get`] do not send a request each: they queue the
 //! operation for its peer, and one task per peer sends whatever has queued
 //! as one signed `PUT` [`BATCH_PATH`] ([`crate::batch`]), with at most
-//! [`BATCHES_IN_FLIGHT`] batches in flight per peer. Nothing waits for a
-//! batch to fill: a lone write leaves at once, and writes that arrive while
+//! [`BATCHES_IN_FLIGHT`] batches in flight per peer. Nothing waits on a
+//! timer for a batch to fill: a lone write leaves once the sending task has
+//! let the other tasks ready at that moment run (one yield, so writes of
+//! the same scheduler tick share a batch), and writes that arrive while
 //! the batches are in flight leave together in the next — one HTTP exchange
 //! (and one fsync on the replica under `sync = "always"`) for many keys.
 //! The per-peer queue is bounded; a full queue makes callers wait. A batch
@@ -340,11 +342,20 @@ async fn send_batches(client: ReplicaClient, node: String, mut rx: mpsc::Receive
         };
         let mut bytes = first.size;
         let mut queued = vec![first];
+        // When the queue runs dry, step back once before sending: the task
+        // that queued `first` woke this one into its worker's next slot,
+        // ahead of the other requests that are ready in the same tick, and
+        // whose writes would otherwise each make a batch of their own.
+        let mut yielded = false;
         while queued.len() < MAX_BATCH_OPS && bytes < MAX_BATCH_BYTES {
             match rx.try_recv() {
                 Ok(q) => {
                     bytes += q.size;
                     queued.push(q);
+                }
+                Err(_) if !yielded => {
+                    yielded = true;
+                    tokio::task::yield_now().await;
                 }
                 Err(_) => break,
             }
