@@ -24,6 +24,7 @@ use crate::config::{SyncPolicy, DEFAULT_CACHE_MB};
 use crate::error::KvError;
 use crate::record::Record;
 use crate::stamp_bound::StampBounds;
+use crate::writeback::{self, WRITEBACK_EVERY};
 
 /// Name of the keyspace holding the records.
 const KEYSPACE: &str = "entities";
@@ -45,6 +46,8 @@ const MAX_PURGE_INTERVAL: Duration = Duration::from_secs(3600);
 /// The local store. Cheap to share behind an `Arc`.
 pub struct Engine {
     db: Database,
+    /// The data directory (its journal files: [`crate::writeback`]).
+    dir: std::path::PathBuf,
     data: Keyspace,
     hints: Keyspace,
     meta: Keyspace,
@@ -99,6 +102,7 @@ impl Engine {
         let group_commit = (sync == SyncPolicy::Always).then(|| GroupCommit::start(db.clone()));
         Ok(Engine {
             db,
+            dir: dir.to_path_buf(),
             data,
             hints,
             meta,
@@ -111,7 +115,8 @@ impl Engine {
         })
     }
 
-    /// Starts the thread that fsyncs on `interval_ms:N` and purges
+    /// Starts the thread that fsyncs on `interval_ms:N` (and writes the
+    /// journal back in between, [`crate::writeback`]) and purges
     /// tombstones older than `tombstone_grace`. It ends when the engine is
     /// dropped.
     pub fn start_maintenance(self: &Arc<Self>, tombstone_grace: Duration) {
@@ -126,11 +131,21 @@ impl Engine {
             .name("kv-maintenance".into())
             .spawn(move || {
                 let (mut since_sync, mut since_purge) = (Duration::ZERO, Duration::ZERO);
+                let mut since_writeback = Duration::ZERO;
                 while !stop.load(Ordering::Relaxed) {
                     std::thread::sleep(MAINTENANCE_TICK);
                     since_sync += MAINTENANCE_TICK;
                     since_purge += MAINTENANCE_TICK;
+                    since_writeback += MAINTENANCE_TICK;
                     let Some(engine) = weak.upgrade() else { return };
+                    if sync_every.is_some_and(|every| every > WRITEBACK_EVERY)
+                        && since_writeback >= WRITEBACK_EVERY
+                    {
+                        since_writeback = Duration::ZERO;
+                        if let Err(e) = writeback::sync_journal_files(&engine.dir) {
+                            tracing::debug!(error = %e, "kv: journal writeback failed");
+                        }
+                    }
                     if sync_every.is_some_and(|every| since_sync >= every) {
                         since_sync = Duration::ZERO;
                         if let Err(e) = engine.db.persist(PersistMode::SyncData) {
