@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Query, State};
+use axum::extract::{FromRequest, Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -79,7 +79,18 @@ fn failed(e: KvError) -> Response {
 
 /// The body of a request, whole. The `[http]` server has capped it at
 /// `max_body_bytes` and metered it against the byte budget; a body cut off
-/// by that cap is a 413, one the client stopped sending a 400.
+/// by that cap is a 413, one the client stopped sending a 400. (axum's own
+/// `Bytes` extractor would add its 2 MB default limit on top.)
+struct WholeBody(Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for WholeBody {
+    type Rejection = Response;
+
+    async fn from_request(req: axum::extract::Request, _: &S) -> Result<Self, Response> {
+        whole_body(req.into_body()).await.map(WholeBody)
+    }
+}
+
 async fn whole_body(body: Body) -> Result<Bytes, Response> {
     match body.collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
@@ -184,7 +195,11 @@ async fn get_entity(State(store): State<KvStore>, uri: Uri) -> Response {
     }
 }
 
-async fn put_entity(State(store): State<KvStore>, uri: Uri, body: Body) -> Response {
+async fn put_entity(
+    State(store): State<KvStore>,
+    uri: Uri,
+    WholeBody(body): WholeBody,
+) -> Response {
     let q = EntityQuery::of(&uri);
     let t = match target(&q, store.cluster_size()) {
         Ok(t) => t,
@@ -194,10 +209,6 @@ async fn put_entity(State(store): State<KvStore>, uri: Uri, body: Body) -> Respo
         None => None,
         Some(Ok(ms)) if ms > 0 => Some(Duration::from_millis(ms)),
         Some(_) => return bad("ttl_ms must be a number > 0"),
-    };
-    let body = match whole_body(body).await {
-        Ok(b) => b,
-        Err(refused) => return refused,
     };
     match store.write(t.key, Some(body), ttl, t.ack, t.from).await {
         Ok(()) => (StatusCode::CREATED, "Created\n").into_response(),
@@ -279,12 +290,8 @@ async fn internal(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    body: Body,
+    WholeBody(body): WholeBody,
 ) -> Response {
-    let body = match whole_body(body).await {
-        Ok(b) => b,
-        Err(refused) => return refused,
-    };
     if let Some(no) = refused(&store, &method, &uri, &headers, &body) {
         return no;
     }
@@ -316,12 +323,8 @@ async fn internal_batch(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    body: Body,
+    WholeBody(body): WholeBody,
 ) -> Response {
-    let body = match whole_body(body).await {
-        Ok(b) => b,
-        Err(refused) => return refused,
-    };
     if let Some(no) = refused(&store, &method, &uri, &headers, &body) {
         return no;
     }
@@ -383,12 +386,8 @@ async fn entries(
     uri: Uri,
     headers: HeaderMap,
     Query(p): Params,
-    body: Body,
+    WholeBody(body): WholeBody,
 ) -> Response {
-    let body = match whole_body(body).await {
-        Ok(b) => b,
-        Err(refused) => return refused,
-    };
     if let Some(no) = refused(&store, &method, &uri, &headers, &body) {
         return no;
     }

@@ -167,7 +167,11 @@ impl Engine {
     }
 
     fn stripe(&self, key: &[u8]) -> &Mutex<()> {
-        &self.stripes[stripe_of(key_hash(key))]
+        self.stripe_of_hash(key_hash(key))
+    }
+
+    fn stripe_of_hash(&self, hash: u64) -> &Mutex<()> {
+        &self.stripes[stripe_of(hash)]
     }
 
     /// The stored version of `key` (value or tombstone), if any.
@@ -241,7 +245,7 @@ impl Engine {
 
     fn apply_unsynced_inner(&self, key: &[u8], record: &Record) -> Result<bool, KvError> {
         let hash = key_hash(key);
-        let _guard = self.stripes[stripe_of(hash)].lock();
+        let _guard = self.stripe_of_hash(hash).lock();
         let newer = self.supersedes_stored(hash, key, record)?;
         if newer {
             self.bounds.cover(&self.meta, record.timestamp)?;
