@@ -34,6 +34,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tidegate_hub::Hub;
+use tokio_util::task::TaskTracker;
 
 use crate::anti_entropy::AntiEntropy;
 use crate::batch::{BatchOp, BatchReply};
@@ -64,6 +65,9 @@ struct Inner {
     hints: Arc<Hints>,
     anti_entropy: Arc<AntiEntropy>,
     metrics: KvMetrics,
+    /// Replica writes and read repairs that outlive their client request;
+    /// awaited at shutdown ([`KvStore::finish_background`]).
+    background: TaskTracker,
 }
 
 impl KvStore {
@@ -127,8 +131,28 @@ impl KvStore {
                 hints,
                 anti_entropy,
                 metrics,
+                background: TaskTracker::new(),
             }),
         })
+    }
+
+    /// Waits, at most `within`, for the replica writes and read repairs
+    /// still running after their client was answered. Each ends within the
+    /// replica timeout (its copy stored, or a hint kept), so a node stopped
+    /// right after answering `201` with `ack` < `from` still delivers its
+    /// other copies or leaves hints for them, instead of dropping them with
+    /// the runtime. Returns whether everything finished.
+    pub async fn finish_background(&self, within: Duration) -> bool {
+        let tasks = &self.inner.background;
+        tasks.close();
+        let done = tokio::time::timeout(within, tasks.wait()).await.is_ok();
+        if !done {
+            tracing::warn!(
+                left = tasks.len(),
+                "kv: replica writes still running at shutdown were abandoned; anti-entropy repairs their replicas"
+            );
+        }
+        done
     }
 
     /// Number of nodes in the cluster.
@@ -301,7 +325,7 @@ impl KvStore {
         F: std::future::Future<Output = (usize, Result<Option<Record>, String>)> + Send + 'static,
     {
         let store = self.clone();
-        tokio::spawn(async move {
+        self.inner.background.spawn(async move {
             // A replica is stale when it holds an older version, or none
             // while it is one of the key's replicas under the newest
             // record's own `from` — a read with a larger `from` than the
@@ -399,6 +423,7 @@ impl KvStore {
         // is reached (or when the client goes away) finishes in one task of
         // its own (`Unfinished`), so every replica is written, or hinted.
         let mut pending = Unfinished(
+            self.inner.background.clone(),
             self.inner
                 .ring
                 .replicas(&key, from)
@@ -412,7 +437,7 @@ impl KvStore {
         );
         let mut got = 0;
         let gather = async {
-            while let Some(answer) = pending.0.next().await {
+            while let Some(answer) = pending.1.next().await {
                 match answer {
                     Ok(()) => {
                         got += 1;
@@ -469,16 +494,20 @@ type ReplicaWrite = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 /// some left (the quorum was reached first, the timeout struck, or the
 /// client went away), it hands them to a task of their own, so each still
 /// reaches its replica or leaves a hint.
-struct Unfinished(FuturesUnordered<ReplicaWrite>);
+/// The task is tracked, so shutdown waits for it.
+struct Unfinished(TaskTracker, FuturesUnordered<ReplicaWrite>);
 
 impl Drop for Unfinished {
     fn drop(&mut self) {
-        if self.0.is_empty() {
+        if self.1.is_empty() {
             return;
         }
-        let mut rest = std::mem::take(&mut self.0);
+        let mut rest = std::mem::take(&mut self.1);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move { while rest.next().await.is_some() {} });
+            self.0.spawn_on(
+                async move { while rest.next().await.is_some() {} },
+                &runtime,
+            );
         }
     }
 }

@@ -90,6 +90,8 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
                 .then(|| "storage refuses writes (full disk or I/O error); restart".to_owned())
         });
     }
+    // Kept to finish the KV's background replica writes at shutdown.
+    let kv_store = kv.clone();
     let mut tasks: Listeners = JoinSet::new();
 
     let backbone = cluster.as_ref().map(|n| n.backbone.clone());
@@ -195,6 +197,11 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
     );
     info!(version = env!("CARGO_PKG_VERSION"), "tidegate serving");
     let result = supervise(&mut tasks, &readiness, &shutdown, grace, shutdown_signal()).await;
+    if let Some(store) = &kv_store {
+        // Copies beyond a write's quorum still in flight reach their
+        // replica or leave a hint (each within the replica timeout).
+        store.finish_background(grace).await;
+    }
     let _ = stats.await;
     hub.close();
     hub.flush_sinks(grace).await;
