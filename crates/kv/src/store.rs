@@ -66,7 +66,7 @@ struct Inner {
     anti_entropy: Arc<AntiEntropy>,
     metrics: KvMetrics,
     /// Replica writes and read repairs that outlive their client request;
-    /// awaited at shutdown ([`KvStore::finish_background`]).
+    /// awaited at shutdown ([`KvStore::shutdown`]).
     background: TaskTracker,
 }
 
@@ -136,13 +136,16 @@ impl KvStore {
         })
     }
 
-    /// Waits, at most `within`, for the replica writes and read repairs
-    /// still running after their client was answered. Each ends within the
+    /// A graceful stop: waits, at most `within`, for the replica writes
+    /// and read repairs still running after their client was answered,
+    /// then syncs the journal. Each background write ends within the
     /// replica timeout (its copy stored, or a hint kept), so a node stopped
     /// right after answering `201` with `ack` < `from` still delivers its
     /// other copies or leaves hints for them, instead of dropping them with
-    /// the runtime. Returns whether everything finished.
-    pub async fn finish_background(&self, within: Duration) -> bool {
+    /// the runtime; and what this node acknowledged (or hinted) within the
+    /// last `interval_ms` is on disk before the process exits. Returns
+    /// whether every background write finished.
+    pub async fn shutdown(&self, within: Duration) -> bool {
         let tasks = &self.inner.background;
         tasks.close();
         let done = tokio::time::timeout(within, tasks.wait()).await.is_ok();
@@ -151,6 +154,12 @@ impl KvStore {
                 left = tasks.len(),
                 "kv: replica writes still running at shutdown were abandoned; anti-entropy repairs their replicas"
             );
+        }
+        let engine = self.inner.engine.clone();
+        match tokio::task::spawn_blocking(move || engine.persist()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "kv: the journal sync at shutdown failed"),
+            Err(e) => tracing::error!(error = %e, "kv: the journal sync at shutdown panicked"),
         }
         done
     }

@@ -90,7 +90,7 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
                 .then(|| "storage refuses writes (full disk or I/O error); restart".to_owned())
         });
     }
-    // Kept to finish the KV's background replica writes at shutdown.
+    // Kept to stop the KV cleanly: its background replica writes, its journal.
     let kv_store = kv.clone();
     let mut tasks: Listeners = JoinSet::new();
 
@@ -199,8 +199,9 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
     let result = supervise(&mut tasks, &readiness, &shutdown, grace, shutdown_signal()).await;
     if let Some(store) = &kv_store {
         // Copies beyond a write's quorum still in flight reach their
-        // replica or leave a hint (each within the replica timeout).
-        store.finish_background(grace).await;
+        // replica or leave a hint (each within the replica timeout), and
+        // the journal is synced whatever `[kv] sync` says.
+        store.shutdown(grace).await;
     }
     let _ = stats.await;
     hub.close();
