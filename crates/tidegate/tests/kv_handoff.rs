@@ -53,39 +53,13 @@ fn a_replica_gets_the_writes_it_missed_when_it_comes_back() {
     assert_eq!(metric(&nodes[0], "tidegate_kv_hints_delivered_total"), 6.0);
 }
 
-/// Holds every connection made to `addr` without reading a byte (a peer
-/// that stopped answering) until the returned flag is set; the thread
-/// then drops them, unread.
-fn silent_peer(
-    addr: std::net::SocketAddr,
-) -> (
-    std::sync::Arc<std::sync::atomic::AtomicBool>,
-    std::thread::JoinHandle<()>,
-) {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let listener = std::net::TcpListener::bind(addr).unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let done = std::sync::Arc::new(AtomicBool::new(false));
-    let flag = done.clone();
-    let held = std::thread::spawn(move || {
-        let mut conns = Vec::new();
-        while !flag.load(Ordering::SeqCst) {
-            match listener.accept() {
-                Ok((c, _)) => conns.push(c),
-                Err(_) => std::thread::sleep(Duration::from_millis(10)),
-            }
-        }
-    });
-    (done, held)
-}
-
 #[test]
 fn a_copy_still_in_flight_when_the_coordinator_stops_leaves_a_hint() {
     let mut nodes = cluster(2, NO_ANTI_ENTROPY);
     // Node 1's address answers nothing: node 0's copy for it waits out
     // the replica timeout (1 s) after the client was answered from node
     // 0's own copy.
-    let (done, held) = silent_peer(nodes[1].addr);
+    let silent = SilentPeer::bind(nodes[1].addr);
     nodes[0].start();
     assert_eq!(
         nodes[0]
@@ -96,8 +70,7 @@ fn a_copy_still_in_flight_when_the_coordinator_stops_leaves_a_hint() {
     // Stopped at once, with the copy still in flight: only a shutdown that
     // waits for it keeps the hint.
     nodes[0].stop();
-    done.store(true, std::sync::atomic::Ordering::SeqCst);
-    held.join().unwrap();
+    drop(silent);
     nodes[1].start();
     assert!(!holds(&nodes[1], "late"), "the unread copy arrived anyway");
     nodes[0].start();

@@ -280,3 +280,47 @@ pub fn metric(node: &Node, name: &str) -> f64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.0)
 }
+
+/// A peer that accepts connections and never reads or answers them (a
+/// stopped process, a partition that drops packets). Dropped, it closes
+/// them unread: whatever was sent to it is lost.
+pub struct SilentPeer {
+    pub addr: SocketAddr,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    held: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SilentPeer {
+    /// Listens on `addr` (port 0 for any free one).
+    pub fn bind(addr: SocketAddr) -> SilentPeer {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = std::net::TcpListener::bind(addr).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let done = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        let held = std::thread::spawn(move || {
+            let mut conns = Vec::new();
+            while !flag.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((c, _)) => conns.push(c),
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        SilentPeer {
+            addr,
+            done,
+            held: Some(held),
+        }
+    }
+}
+
+impl Drop for SilentPeer {
+    fn drop(&mut self) {
+        self.done.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(h) = self.held.take() {
+            let _ = h.join();
+        }
+    }
+}
