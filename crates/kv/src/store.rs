@@ -431,9 +431,10 @@ impl KvStore {
         // that peer's next batch. Whatever is still running once the quorum
         // is reached (or when the client goes away) finishes in one task of
         // its own (`Unfinished`), so every replica is written, or hinted.
-        let mut pending = Unfinished(
-            self.inner.background.clone(),
-            self.inner
+        let mut pending = Unfinished {
+            background: self.inner.background.clone(),
+            writes: self
+                .inner
                 .ring
                 .replicas(&key, from)
                 .into_iter()
@@ -443,10 +444,10 @@ impl KvStore {
                         as ReplicaWrite
                 })
                 .collect(),
-        );
+        };
         let mut got = 0;
         let gather = async {
-            while let Some(answer) = pending.1.next().await {
+            while let Some(answer) = pending.writes.next().await {
                 match answer {
                     Ok(()) => {
                         got += 1;
@@ -503,17 +504,20 @@ type ReplicaWrite = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 /// some left (the quorum was reached first, the timeout struck, or the
 /// client went away), it hands them to a task of their own, so each still
 /// reaches its replica or leaves a hint.
-/// The task is tracked, so shutdown waits for it.
-struct Unfinished(TaskTracker, FuturesUnordered<ReplicaWrite>);
+struct Unfinished {
+    /// Where the task goes: shutdown waits for it.
+    background: TaskTracker,
+    writes: FuturesUnordered<ReplicaWrite>,
+}
 
 impl Drop for Unfinished {
     fn drop(&mut self) {
-        if self.1.is_empty() {
+        if self.writes.is_empty() {
             return;
         }
-        let mut rest = std::mem::take(&mut self.1);
+        let mut rest = std::mem::take(&mut self.writes);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            self.0.spawn_on(
+            self.background.spawn_on(
                 async move { while rest.next().await.is_some() {} },
                 &runtime,
             );
