@@ -278,7 +278,15 @@ async fn kill_9_of_tidegate_mid_stream_keeps_every_acknowledged_chunk() {
         acked.push(a);
         window.add_permits(1);
     }
-    // Mid-stream: chunks are on the wire and in the producer right now.
+    // Mid-stream: open the window wide and kill once a burst is written,
+    // so chunks are on the wire and in the producer right now. (Killing at
+    // the 25th ack alone found nothing in flight whenever the writer, slow
+    // in a debug build, had just been acked for everything it sent.)
+    window.add_permits(4 * WINDOW);
+    let burst = Instant::now() + Duration::from_secs(10);
+    while sent.lock().unwrap().len() < acked.len() + 2 * WINDOW && Instant::now() < burst {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     served.child.kill().unwrap();
     served.child.wait().unwrap();
     while let Ok(Ok(a)) = tokio::time::timeout(Duration::from_secs(2), acks.next_ack()).await {
