@@ -41,6 +41,7 @@ use tidegate_hub::backbone::bundle;
 use tidegate_hub::{AckToken, Message, SharedMessage, Sink};
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::config::ClusterConfig;
@@ -72,8 +73,9 @@ pub struct Bundler {
     room: Notify,
     /// The backbone topic's partitions (0 until the broker said).
     partitions: AtomicUsize,
-    /// Asked to hand over what is pending and stop.
-    closing: AtomicBool,
+    /// Asked to hand over what is pending and stop (a token, so that
+    /// whoever waits for it is woken at once).
+    closing: CancellationToken,
     /// The writer stopped.
     finished: AtomicBool,
     /// Wakes [`Bundler::finished`].
@@ -90,7 +92,7 @@ impl Bundler {
             work: Notify::new(),
             room: Notify::new(),
             partitions: AtomicUsize::new(0),
-            closing: AtomicBool::new(false),
+            closing: CancellationToken::new(),
             finished: AtomicBool::new(false),
             done: Notify::new(),
         }
@@ -99,7 +101,7 @@ impl Bundler {
     /// Asks the writer to hand over what is pending (and what is pushed
     /// until then) and stop.
     pub fn close(&self) {
-        self.closing.store(true, Ordering::Release);
+        self.closing.cancel();
         self.work.notify_one();
     }
 
@@ -117,7 +119,12 @@ impl Bundler {
     }
 
     fn closing(&self) -> bool {
-        self.closing.load(Ordering::Acquire)
+        self.closing.is_cancelled()
+    }
+
+    /// Resolves once [`Bundler::close`] was called.
+    async fn closed(&self) {
+        self.closing.cancelled().await
     }
 
     /// Takes `msg` if there is room; hands it back otherwise.
@@ -297,9 +304,7 @@ impl BundleWriter {
 
     /// Resolves once closing.
     async fn closed(&self) {
-        while !self.bundler.closing() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.bundler.closed().await
     }
 }
 
@@ -326,6 +331,29 @@ mod tests {
 
     fn m(topic: &str, bytes: usize) -> SharedMessage {
         Arc::new(Message::new(topic, vec![b'x'; bytes]))
+    }
+
+    #[test]
+    fn close_wakes_whoever_waits_for_it_without_a_timer() {
+        // A runtime without timers: waiting for the close must not poll on
+        // a sleep (it used to, every 50 ms).
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let bundler = Arc::new(Bundler::new(1));
+        rt.block_on(async {
+            let waiter = tokio::spawn({
+                let b = bundler.clone();
+                async move { b.closed().await }
+            });
+            tokio::task::yield_now().await;
+            assert!(!waiter.is_finished());
+            bundler.close();
+            waiter.await.unwrap();
+            assert!(bundler.closing());
+            // Once closed, a new wait resolves at once.
+            bundler.closed().await;
+        });
     }
 
     #[test]
