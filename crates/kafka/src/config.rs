@@ -205,6 +205,7 @@ impl KafkaConfig {
             .queue_max_messages
             .saturating_add(1024)
             .min(2_147_483_647);
+        crate::rebootstrap::rebootstrap_soon(&mut cfg);
         cfg.set("bootstrap.servers", &self.brokers)
             .set("linger.ms", self.linger_ms.to_string())
             .set("batch.size", self.batch_size.to_string())
@@ -413,6 +414,11 @@ mod tests {
         assert_eq!(rd.get("enable.idempotence"), Some("true"));
         assert_eq!(rd.get("acks"), Some("all"));
         assert_eq!(rd.get("bootstrap.servers"), Some("k1:9092,k2:9092"));
+        assert_eq!(
+            rd.get(crate::rebootstrap::REBOOTSTRAP_TRIGGER_PROPERTY),
+            Some("5000"),
+            "a producer that lost every broker bootstraps again within seconds"
+        );
         assert_eq!(rd.get("partitioner"), Some("murmur2_random"));
     }
 

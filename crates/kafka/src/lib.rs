@@ -33,6 +33,7 @@ pub mod key;
 pub mod metrics;
 pub mod probe;
 pub mod producer;
+pub mod rebootstrap;
 pub mod record;
 pub mod recovery;
 pub mod room;

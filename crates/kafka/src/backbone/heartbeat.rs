@@ -92,7 +92,7 @@ impl HeartbeatWriter {
         for (k, v) in &config.properties {
             cc.set(k, v.to_string());
         }
-        let producer = cc
+        let producer = crate::rebootstrap::rebootstrap_soon(&mut cc)
             .set("bootstrap.servers", &config.brokers)
             .set(
                 "message.timeout.ms",

@@ -35,7 +35,8 @@ fn consumer(config: &ClusterConfig) -> Result<BaseConsumer, String> {
     for (k, v) in &config.properties {
         cc.set(k, v.to_string());
     }
-    cc.set("bootstrap.servers", &config.brokers)
+    crate::rebootstrap::rebootstrap_soon(&mut cc)
+        .set("bootstrap.servers", &config.brokers)
         .set("group.id", "tidegate-replay")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")

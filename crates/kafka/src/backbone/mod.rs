@@ -172,7 +172,9 @@ pub async fn ensure_topic(config: &ClusterConfig) {
         for (k, v) in &config.properties {
             cc.set(k, v.to_string());
         }
-        cc.set("bootstrap.servers", &config.brokers).create()
+        crate::rebootstrap::rebootstrap_soon(&mut cc)
+            .set("bootstrap.servers", &config.brokers)
+            .create()
     };
     let admin = match admin {
         Ok(a) => a,

@@ -92,7 +92,8 @@ impl BackboneReader {
         for (k, v) in &config.properties {
             cc.set(k, v.to_string());
         }
-        cc.set("bootstrap.servers", &config.brokers)
+        crate::rebootstrap::rebootstrap_soon(&mut cc)
+            .set("bootstrap.servers", &config.brokers)
             .set("group.id", node_group(node))
             .set("enable.auto.commit", "true")
             .set("enable.auto.offset.store", "true")

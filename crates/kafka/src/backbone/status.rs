@@ -148,7 +148,8 @@ fn consumer(config: &ClusterConfig, group: &str) -> Result<BaseConsumer, KafkaEr
     for (k, v) in &config.properties {
         cc.set(k, v.to_string());
     }
-    cc.set("bootstrap.servers", &config.brokers)
+    crate::rebootstrap::rebootstrap_soon(&mut cc)
+        .set("bootstrap.servers", &config.brokers)
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")
