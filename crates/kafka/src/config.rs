@@ -205,7 +205,6 @@ impl KafkaConfig {
             .queue_max_messages
             .saturating_add(1024)
             .min(2_147_483_647);
-        crate::rebootstrap::rebootstrap_soon(&mut cfg);
         cfg.set("bootstrap.servers", &self.brokers)
             .set("linger.ms", self.linger_ms.to_string())
             .set("batch.size", self.batch_size.to_string())
@@ -319,9 +318,11 @@ impl fmt::Display for PropertyValue {
 }
 
 /// A librdkafka configuration from a section's free-form `properties`, with
-/// each of `guarantees` set on top. A property that names a guarantee must
-/// keep it (`same(key, value, wanted)`); otherwise `Err((key, value))`:
-/// a user cannot turn off what the sink or source promises.
+/// each of `guarantees` set on top, and the quick re-bootstrap
+/// ([`crate::rebootstrap`]) unless the properties set it. A property that
+/// names a guarantee must keep it (`same(key, value, wanted)`); otherwise
+/// `Err((key, value))`: a user cannot turn off what the sink or source
+/// promises.
 pub(crate) fn properties_with_guarantees(
     properties: &BTreeMap<String, PropertyValue>,
     guarantees: &[(&str, &str)],
@@ -340,7 +341,21 @@ pub(crate) fn properties_with_guarantees(
         }
         cfg.set(k, want);
     }
+    crate::rebootstrap::rebootstrap_soon(&mut cfg);
     Ok(cfg)
+}
+
+/// Sets `key` to `value` unless `cfg` already has it (a default the
+/// user's properties may change).
+pub(crate) fn set_default<'a>(
+    cfg: &'a mut ClientConfig,
+    key: &str,
+    value: String,
+) -> &'a mut ClientConfig {
+    if cfg.get(key).is_none() {
+        cfg.set(key, value);
+    }
+    cfg
 }
 
 /// A `[sinks.kafka]` section that cannot be used.

@@ -25,13 +25,11 @@ pub const REBOOTSTRAP_AFTER_MS: u64 = 5_000;
 /// Sets [`REBOOTSTRAP_TRIGGER_PROPERTY`] to [`REBOOTSTRAP_AFTER_MS`] unless
 /// the user's properties already set it.
 pub fn rebootstrap_soon(cfg: &mut ClientConfig) -> &mut ClientConfig {
-    if cfg.get(REBOOTSTRAP_TRIGGER_PROPERTY).is_none() {
-        cfg.set(
-            REBOOTSTRAP_TRIGGER_PROPERTY,
-            REBOOTSTRAP_AFTER_MS.to_string(),
-        );
-    }
-    cfg
+    crate::config::set_default(
+        cfg,
+        REBOOTSTRAP_TRIGGER_PROPERTY,
+        REBOOTSTRAP_AFTER_MS.to_string(),
+    )
 }
 
 #[cfg(test)]

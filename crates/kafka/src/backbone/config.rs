@@ -22,6 +22,8 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use tidegate_hub::Pattern;
 
+use rdkafka::ClientConfig;
+
 use crate::{KafkaConfig, PropertyValue};
 
 /// The distributed engine nodes share topics through.
@@ -161,6 +163,18 @@ impl ClusterConfig {
             return Err(ClusterConfigError::ZeroQueue);
         }
         Ok(())
+    }
+
+    /// The librdkafka configuration every backbone client starts from:
+    /// `[cluster.properties]`, the quick re-bootstrap
+    /// ([`crate::rebootstrap`]) unless those set it, and the brokers.
+    pub fn client_config(&self) -> ClientConfig {
+        let mut cc = ClientConfig::new();
+        for (k, v) in &self.properties {
+            cc.set(k, v.to_string());
+        }
+        crate::rebootstrap::rebootstrap_soon(&mut cc).set("bootstrap.servers", &self.brokers);
+        cc
     }
 
     /// Messages the bundler holds before publishes wait.

@@ -10,7 +10,6 @@ use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::ClientConfig;
 use serde::{Deserialize, Serialize};
 use tracing::debug;
 
@@ -88,12 +87,8 @@ impl HeartbeatWriter {
         metrics: ClusterMetrics,
         produced: prometheus_client::metrics::counter::Counter,
     ) -> Result<Self, rdkafka::error::KafkaError> {
-        let mut cc = ClientConfig::new();
-        for (k, v) in &config.properties {
-            cc.set(k, v.to_string());
-        }
-        let producer = crate::rebootstrap::rebootstrap_soon(&mut cc)
-            .set("bootstrap.servers", &config.brokers)
+        let producer = config
+            .client_config()
             .set(
                 "message.timeout.ms",
                 HEARTBEAT_INTERVAL.as_millis().to_string(),

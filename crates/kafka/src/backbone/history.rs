@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message as _;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 use tidegate_hub::backbone::bundle;
 use tidegate_hub::backbone::{Positions, Replay, SESSIONS_TOPIC};
 use tidegate_hub::Pattern;
@@ -31,12 +31,8 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 pub const REPLAY_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn consumer(config: &ClusterConfig) -> Result<BaseConsumer, String> {
-    let mut cc = ClientConfig::new();
-    for (k, v) in &config.properties {
-        cc.set(k, v.to_string());
-    }
-    crate::rebootstrap::rebootstrap_soon(&mut cc)
-        .set("bootstrap.servers", &config.brokers)
+    config
+        .client_config()
         .set("group.id", "tidegate-replay")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")

@@ -41,7 +41,6 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::ClientConfig;
 use thiserror::Error;
 use tidegate_hub::Hub;
 use tracing::{info, warn};
@@ -167,15 +166,7 @@ pub const NODES_RETENTION_MS: &str = "3600000";
 /// [`CREATE_TIMEOUT`] is logged, not fatal (the reader waits for the topic,
 /// and a broker that auto-creates topics makes it on the first record).
 pub async fn ensure_topic(config: &ClusterConfig) {
-    let admin: Result<AdminClient<DefaultClientContext>, _> = {
-        let mut cc = ClientConfig::new();
-        for (k, v) in &config.properties {
-            cc.set(k, v.to_string());
-        }
-        crate::rebootstrap::rebootstrap_soon(&mut cc)
-            .set("bootstrap.servers", &config.brokers)
-            .create()
-    };
+    let admin: Result<AdminClient<DefaultClientContext>, _> = { config.client_config().create() };
     let admin = match admin {
         Ok(a) => a,
         Err(e) => {

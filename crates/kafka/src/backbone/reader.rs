@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message as _;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 use tidegate_hub::Hub;
 use tracing::{debug, info, warn};
 
@@ -75,26 +75,22 @@ impl BackboneReader {
         metrics: ClusterMetrics,
         delivered: DeliveredPositions,
     ) -> Result<Self, KafkaError> {
-        let mut cc = ClientConfig::new();
+        let mut cc = config.client_config();
         // Latency over batching: a record is fetched as soon as it is on
         // the broker. A default only: `[cluster.properties]` may change it.
-        cc.set("fetch.wait.max.ms", "10");
+        crate::config::set_default(&mut cc, "fetch.wait.max.ms", "10".into());
         // A fetch takes up to this much of one partition (librdkafka's
         // default is 1 MiB): with one backbone partition (the default) and
         // 1 KiB records at 50,000/s, 1 MiB per round trip to a busy broker
         // could not keep up — cross-node p50 380 ms, against 8 ms with 8 MiB
         // (BENCHMARKS.md, cluster). Memory stays bounded by
         // `read_ahead_kbytes`.
-        cc.set(
+        crate::config::set_default(
+            &mut cc,
             "max.partition.fetch.bytes",
             MAX_PARTITION_FETCH_BYTES.to_string(),
         );
-        for (k, v) in &config.properties {
-            cc.set(k, v.to_string());
-        }
-        crate::rebootstrap::rebootstrap_soon(&mut cc)
-            .set("bootstrap.servers", &config.brokers)
-            .set("group.id", node_group(node))
+        cc.set("group.id", node_group(node))
             .set("enable.auto.commit", "true")
             .set("enable.auto.offset.store", "true")
             .set("enable.partition.eof", "false")

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message as _;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 
 use super::config::ClusterConfig;
@@ -144,12 +144,8 @@ pub fn status(config: &ClusterConfig, timeout: Duration) -> Result<ClusterStatus
 }
 
 fn consumer(config: &ClusterConfig, group: &str) -> Result<BaseConsumer, KafkaError> {
-    let mut cc = ClientConfig::new();
-    for (k, v) in &config.properties {
-        cc.set(k, v.to_string());
-    }
-    crate::rebootstrap::rebootstrap_soon(&mut cc)
-        .set("bootstrap.servers", &config.brokers)
+    config
+        .client_config()
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")

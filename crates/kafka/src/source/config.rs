@@ -185,7 +185,6 @@ impl KafkaSourceConfig {
         let mut cfg =
             properties_with_guarantees(&self.properties, &Self::GUARANTEES, |_, v, want| v == want)
                 .map_err(|(key, value)| SourceConfigError::WeakensGuarantee { key, value })?;
-        crate::rebootstrap::rebootstrap_soon(&mut cfg);
         cfg.set("bootstrap.servers", &self.brokers)
             .set("group.id", &self.group_id)
             .set("auto.offset.reset", self.start.as_str())
