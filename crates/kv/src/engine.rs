@@ -4,8 +4,9 @@
 //! (`interval_ms:N`) and purges tombstones and expired values dead for
 //! longer than the grace period.
 //!
-//! Every call blocks on disk I/O; async callers run them on the blocking
-//! pool ([`crate::store`]). Not for: replication or timestamps (the
+//! Calls block on disk I/O (briefly, for data the page cache holds); async
+//! callers make them inline on their worker rather than on the blocking
+//! pool (docs/kv.md, "Storage calls run on the calling worker"). Not for: replication or timestamps (the
 //! coordinator stamps records before they get here).
 
 use std::collections::HashMap;
@@ -24,6 +25,7 @@ use crate::config::{SyncPolicy, DEFAULT_CACHE_MB};
 use crate::error::KvError;
 use crate::record::Record;
 use crate::stamp_bound::StampBounds;
+use crate::write_group::WriteGroups;
 use crate::writeback::{self, WRITEBACK_EVERY};
 
 /// Name of the keyspace holding the records.
@@ -85,6 +87,8 @@ pub struct Engine {
     stop: Arc<AtomicBool>,
     /// `sync = "always"`: one fsync for many concurrent writes.
     group_commit: Option<GroupCommit>,
+    /// Client writes gathered into one journal write each.
+    groups: WriteGroups,
     /// Set once a write failed with `Poisoned`: fjall accepts no write
     /// after a failed journal write (a full disk, an I/O error) until the
     /// process opens the database again, so the node must be restarted.
@@ -139,6 +143,7 @@ impl Engine {
             stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             stop: Arc::new(AtomicBool::new(false)),
             group_commit,
+            groups: WriteGroups::default(),
             poisoned: AtomicBool::new(false),
         })
     }
@@ -224,12 +229,13 @@ impl Engine {
     }
 
     /// [`Engine::apply`] for async callers, without a thread hand-off: the
-    /// record goes into the journal on the caller's thread (a memtable
-    /// insert and a buffered write), and under `sync = "always"` the call
+    /// record joins a write group ([`crate::write_group`]) and goes into the
+    /// journal on a worker thread with the writes gathered meanwhile (one
+    /// buffered journal write for all), and under `sync = "always"` the call
     /// then awaits the group commit ([`crate::commit`]) — one fsync shared
     /// with every write made meanwhile — instead of fsyncing alone.
     pub async fn apply_committed(&self, key: &[u8], record: &Record) -> Result<bool, KvError> {
-        let stored = self.apply_unsynced(key, record)?;
+        let stored = self.groups.apply(self, key, record).await?;
         if let (true, Some(gc)) = (stored, &self.group_commit) {
             gc.commit().await?;
         }
@@ -244,6 +250,11 @@ impl Engine {
             None => Ok(()),
         };
         self.noted(r)
+    }
+
+    /// The groups client writes are gathered into ([`crate::write_group`]).
+    pub fn write_groups(&self) -> &WriteGroups {
+        &self.groups
     }
 
     /// Whether a write failed because the database is poisoned: no write

@@ -34,6 +34,10 @@ pub enum KvError {
     /// A blocking storage task panicked or was cancelled.
     #[error("kv storage task failed: {0}")]
     Task(String),
+    /// The journal write of a group of client writes ([`crate::write_group`])
+    /// failed; each writer of the group gets this.
+    #[error("kv storage: {0}")]
+    GroupWrite(String),
     /// Fewer than `ack` replicas answered in time.
     #[error("not enough replicas: {got} of {needed} answered")]
     NotEnoughReplicas {

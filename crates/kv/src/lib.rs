@@ -33,6 +33,7 @@ pub mod ring;
 pub mod stamp_bound;
 pub mod store;
 pub mod watch;
+pub mod write_group;
 pub mod writeback;
 
 pub use config::{KvConfig, SyncPolicy};

@@ -2,7 +2,9 @@
 //! default) against 3 real nodes: many concurrent client writes and reads
 //! through one coordinator all succeed, each key lands on exactly `from`
 //! nodes, and the same holds with batching off; the batch endpoint applies
-//! a signed batch and refuses an unsigned or forged one.
+//! a signed batch and refuses an unsigned or forged one. On one node, every
+//! concurrent client write goes to the journal through a write group
+//! (counted on `/metrics`) and is read back.
 
 #[path = "kv_util.rs"]
 mod kv_util;
@@ -61,6 +63,17 @@ fn the_same_holds_with_batching_off() {
     let nodes = started(3, "replica_batching = false\n");
     let copies = concurrent_load(&nodes, "&ack=2&from=3");
     assert!(copies.iter().all(|&c| c == 3), "{copies:?}");
+}
+
+#[test]
+fn concurrent_client_writes_on_one_node_go_through_write_groups() {
+    let nodes = started(1, "");
+    let copies = concurrent_load(&nodes, "");
+    assert!(copies.iter().all(|&c| c == 1), "{copies:?}");
+    let writes = (WRITERS * KEYS_PER_WRITER) as f64;
+    assert_eq!(metric(&nodes[0], "tidegate_kv_grouped_writes_total"), writes);
+    let groups = metric(&nodes[0], "tidegate_kv_write_groups_total");
+    assert!((1.0..=writes).contains(&groups), "{groups} groups");
 }
 
 #[test]

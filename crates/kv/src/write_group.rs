@@ -1,0 +1,291 @@
+//! Client writes that arrive together go to the journal together: one
+//! journal write (one `write(2)`, one turn of the journal lock) for every
+//! record a worker gathered in one round of its tasks, instead of one each.
+//!
+//! A writer that finds no open group opens one and leads it: it yields
+//! once to the scheduler, so every other request task already runnable on
+//! this worker gets to run first, and each of those that writes joins the
+//! group and waits. Then the leader closes the group, writes all its records
+//! as one batch ([`Engine::apply_many_unsynced`]: last-write-wins per key, as
+//! if applied one after another) and wakes the others with their own
+//! answers. Under load a group holds about as many writes as the worker had
+//! requests ready; a lone write pays one extra turn of the scheduler.
+//!
+//! Nothing hangs on a cancelled leader: if its future is dropped before the
+//! write (its client went away), the group is written in the drop. The
+//! durability promise is unchanged: a write is answered only after its
+//! group is in the journal, and `sync = "always"` then awaits the group
+//! commit ([`crate::commit`]) as before.
+
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use prometheus_client::metrics::counter::Counter;
+use tidegate_hub::HubMetrics;
+use tokio::sync::Notify;
+
+use crate::engine::Engine;
+use crate::error::KvError;
+use crate::record::Record;
+
+/// Most records in one group: a bound on one journal write and on the
+/// longest wait a group's last member can add to its first.
+const MAX_GROUP_RECORDS: usize = 256;
+/// Most value bytes in one group (a group always takes its first record,
+/// whatever its size).
+const MAX_GROUP_BYTES: usize = 1 << 20;
+
+/// One journal write's worth of client writes.
+struct Group {
+    /// The records, in joining order; taken by the leader when it writes.
+    records: Mutex<Vec<(Bytes, Record)>>,
+    /// Per record, whether it was stored; or why the write failed.
+    outcome: OnceLock<Result<Vec<bool>, String>>,
+    /// Woken once `outcome` is set.
+    written: Notify,
+}
+
+/// The open group of one engine, and counters of what the groups did.
+#[derive(Default)]
+pub struct WriteGroups {
+    /// The group new writers join, with its value bytes so far.
+    open: Mutex<Option<(Arc<Group>, usize)>>,
+    /// Journal writes made for groups.
+    groups: Counter,
+    /// Records written through groups.
+    records: Counter,
+}
+
+impl WriteGroups {
+    /// Stores `record` under `key` unless the stored version wins over it,
+    /// in one journal write with the writes gathered meanwhile; returns
+    /// whether it was stored. Answers once the group is in the journal (as
+    /// far as `[kv] sync` promises without a commit: the OS has it).
+    pub async fn apply(
+        &self,
+        engine: &Engine,
+        key: &[u8],
+        record: &Record,
+    ) -> Result<bool, KvError> {
+        let (group, index, leading) = self.join(key, record);
+        if leading {
+            let mut leader = Leader {
+                groups: self,
+                engine,
+                group: &group,
+                done: false,
+            };
+            // Lets the request tasks runnable on this worker join first.
+            tokio::task::yield_now().await;
+            leader.write();
+        } else {
+            let written = group.written.notified();
+            tokio::pin!(written);
+            written.as_mut().enable();
+            if group.outcome.get().is_none() {
+                written.await;
+            }
+        }
+        match group.outcome.get() {
+            Some(Ok(stored)) => Ok(stored.get(index).copied().unwrap_or(false)),
+            Some(Err(why)) => Err(KvError::GroupWrite(why.clone())),
+            None => Err(KvError::GroupWrite("the group was never written".into())),
+        }
+    }
+
+    /// Journal writes made for groups, and the records they held.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.groups.get(), self.records.get())
+    }
+
+    /// Registers the two counters with the hub's registry (`/metrics`).
+    pub fn register(&self, hub: &HubMetrics) {
+        hub.register(
+            "kv_write_groups",
+            "KV journal writes made for groups of client writes",
+            self.groups.clone(),
+        );
+        hub.register(
+            "kv_grouped_writes",
+            "KV client writes stored through a group (divided by kv_write_groups: the mean group size)",
+            self.records.clone(),
+        );
+    }
+
+    /// Adds the record to the open group, or opens one: the group, the
+    /// record's place in it, and whether this writer leads it.
+    fn join(&self, key: &[u8], record: &Record) -> (Arc<Group>, usize, bool) {
+        let item = (Bytes::copy_from_slice(key), record.clone());
+        let size = key.len() + record.value.len();
+        let mut open = self.open.lock();
+        if let Some((group, bytes)) = open.as_mut() {
+            let mut records = group.records.lock();
+            if records.len() < MAX_GROUP_RECORDS && *bytes + size <= MAX_GROUP_BYTES {
+                records.push(item);
+                *bytes += size;
+                let index = records.len() - 1;
+                drop(records);
+                return (group.clone(), index, false);
+            }
+        }
+        // No group, or a full one: its leader still writes it, but new
+        // writers start the next.
+        let group = Arc::new(Group {
+            records: Mutex::new(vec![item]),
+            outcome: OnceLock::new(),
+            written: Notify::new(),
+        });
+        *open = Some((group.clone(), size));
+        (group, 0, true)
+    }
+
+    /// Closes `group` to new writers (if it is still the open one).
+    fn close(&self, group: &Arc<Group>) {
+        let mut open = self.open.lock();
+        if open.as_ref().is_some_and(|(g, _)| Arc::ptr_eq(g, group)) {
+            *open = None;
+        }
+    }
+}
+
+/// The leader's duty to write its group, done at the latest when dropped.
+struct Leader<'a> {
+    groups: &'a WriteGroups,
+    engine: &'a Engine,
+    group: &'a Arc<Group>,
+    done: bool,
+}
+
+impl Leader<'_> {
+    /// Closes the group, writes it, and wakes its members.
+    fn write(&mut self) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        self.groups.close(self.group);
+        let records = std::mem::take(&mut *self.group.records.lock());
+        let outcome = self
+            .engine
+            .apply_many_unsynced(&records)
+            .map_err(|e| e.to_string());
+        self.groups.groups.inc();
+        self.groups.records.inc_by(records.len() as u64);
+        let _ = self.group.outcome.set(outcome);
+        self.group.written.notify_waiters();
+    }
+}
+
+impl Drop for Leader<'_> {
+    fn drop(&mut self) {
+        self.write();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SyncPolicy;
+
+    fn engine() -> (tempfile::TempDir, Arc<Engine>) {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Arc::new(Engine::open(dir.path(), SyncPolicy::None).unwrap());
+        (dir, e)
+    }
+
+    fn value(ts: u64, v: &str) -> Record {
+        Record::value(ts, Bytes::copy_from_slice(v.as_bytes()))
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn writers_ready_together_share_one_journal_write() {
+        let (_dir, e) = engine();
+        let groups = Arc::new(WriteGroups::default());
+        let mut tasks = Vec::new();
+        for i in 0..50u64 {
+            let (e, g) = (e.clone(), groups.clone());
+            tasks.push(tokio::spawn(async move {
+                g.apply(&e, format!("k{i}").as_bytes(), &value(10 + i, "v"))
+                    .await
+                    .unwrap()
+            }));
+        }
+        for t in tasks {
+            assert!(t.await.unwrap());
+        }
+        let (writes, records) = groups.counts();
+        assert_eq!(records, 50);
+        assert!(writes < 5, "{writes} journal writes for 50 ready writers");
+        for i in 0..50u64 {
+            let r = e.get(format!("k{i}").as_bytes()).unwrap().unwrap();
+            assert_eq!(r.timestamp, 10 + i);
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn each_writer_learns_whether_its_own_record_won() {
+        let (_dir, e) = engine();
+        let groups = Arc::new(WriteGroups::default());
+        // Stored first, alone: newer than both group members below.
+        assert!(groups.apply(&e, b"k", &value(100, "stored")).await.unwrap());
+        let (e1, g1) = (e.clone(), groups.clone());
+        let older = tokio::spawn(async move { g1.apply(&e1, b"k", &value(50, "old")).await });
+        let (e2, g2) = (e.clone(), groups.clone());
+        let newer = tokio::spawn(async move { g2.apply(&e2, b"k", &value(200, "new")).await });
+        assert!(!older.await.unwrap().unwrap());
+        assert!(newer.await.unwrap().unwrap());
+        assert_eq!(e.get(b"k").unwrap().unwrap().timestamp, 200);
+    }
+
+    /// Polls `f` once.
+    async fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> std::task::Poll<F::Output> {
+        std::future::poll_fn(|cx| std::task::Poll::Ready(std::pin::Pin::new(&mut *f).poll(cx)))
+            .await
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_dropped_leader_still_writes_its_group() {
+        let (_dir, e) = engine();
+        let groups = WriteGroups::default();
+        let (a, b) = (value(1, "a"), value(2, "b"));
+        let mut leader = Box::pin(groups.apply(&e, b"a", &a));
+        assert!(
+            poll_once(&mut leader).await.is_pending(),
+            "the leader yields"
+        );
+        let mut member = Box::pin(groups.apply(&e, b"b", &b));
+        assert!(
+            poll_once(&mut member).await.is_pending(),
+            "the member waits"
+        );
+        // The leader's client went away before the group was written.
+        drop(leader);
+        assert!(member.await.unwrap());
+        assert!(e.get(b"a").unwrap().is_some());
+        assert!(e.get(b"b").unwrap().is_some());
+        assert_eq!(groups.counts(), (1, 2));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_group_is_bounded_in_records() {
+        let (_dir, e) = engine();
+        let groups = Arc::new(WriteGroups::default());
+        let n = MAX_GROUP_RECORDS as u64 * 2 + 10;
+        let mut tasks = Vec::new();
+        for i in 0..n {
+            let (e, g) = (e.clone(), groups.clone());
+            tasks.push(tokio::spawn(async move {
+                g.apply(&e, format!("k{i}").as_bytes(), &value(1 + i, "v"))
+                    .await
+                    .unwrap()
+            }));
+        }
+        for t in tasks {
+            assert!(t.await.unwrap());
+        }
+        let (writes, records) = groups.counts();
+        assert_eq!(records, n);
+        assert!(writes >= 3, "{writes} journal writes for {n} records");
+    }
+}
