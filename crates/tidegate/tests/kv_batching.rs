@@ -71,7 +71,10 @@ fn concurrent_client_writes_on_one_node_go_through_write_groups() {
     let copies = concurrent_load(&nodes, "");
     assert!(copies.iter().all(|&c| c == 1), "{copies:?}");
     let writes = (WRITERS * KEYS_PER_WRITER) as f64;
-    assert_eq!(metric(&nodes[0], "tidegate_kv_grouped_writes_total"), writes);
+    assert_eq!(
+        metric(&nodes[0], "tidegate_kv_grouped_writes_total"),
+        writes
+    );
     let groups = metric(&nodes[0], "tidegate_kv_write_groups_total");
     assert!((1.0..=writes).contains(&groups), "{groups} groups");
 }

@@ -395,14 +395,26 @@ fn account(
 pub struct FillOutcome {
     /// Keys written (answered 201).
     pub written: u64,
-    /// Keys that failed.
+    /// Keys that failed every attempt.
     pub failed: u64,
+    /// Attempts that failed and were made again (a 504 while the engine
+    /// compacts under the fill, a dropped connection).
+    pub retried: u64,
     /// How long it took, seconds.
     pub seconds: f64,
 }
 
+/// Attempts per key when filling: a fill is there to load the data set the
+/// measured run reads, so a key that got a 504 (fewer replicas than `ack`
+/// in time, e.g. while a node's engine stalls writes under the fill's
+/// compactions) is written again rather than left out.
+const FILL_ATTEMPTS: u32 = 5;
+/// Pause before writing a failed key again.
+const FILL_RETRY_PAUSE: Duration = Duration::from_millis(50);
+
 /// Writes keys `0..count` once each as fast as the servers answer, over
-/// `connections` connections spread over `addrs` (closed loop).
+/// `connections` connections spread over `addrs` (closed loop); a key that
+/// fails is tried again, up to [`FILL_ATTEMPTS`] times in all.
 pub async fn fill(
     addrs: &[SocketAddr],
     connections: usize,
@@ -421,26 +433,37 @@ pub async fn fill(
         };
         let (next, plan) = (next.clone(), plan.clone());
         tasks.push(tokio::spawn(async move {
-            let (mut ok, mut failed) = (0u64, 0u64);
+            let (mut ok, mut failed, mut retried) = (0u64, 0u64, 0u64);
             let mut buf = Vec::with_capacity(plan.value_bytes + 256);
             loop {
                 let n = next.fetch_add(1, Ordering::Relaxed);
                 if n >= count {
-                    return (ok, failed);
+                    return (ok, failed, retried);
                 }
                 plan.write(n, &mut buf);
-                match link.exchange(&buf).await {
-                    Ok(201) => ok += 1,
-                    _ => failed += 1,
+                let mut attempt = 1;
+                loop {
+                    if let Ok(201) = link.exchange(&buf).await {
+                        ok += 1;
+                        break;
+                    }
+                    if attempt == FILL_ATTEMPTS {
+                        failed += 1;
+                        break;
+                    }
+                    attempt += 1;
+                    retried += 1;
+                    tokio::time::sleep(FILL_RETRY_PAUSE).await;
                 }
             }
         }));
     }
     let mut out = FillOutcome::default();
     for t in tasks {
-        let (ok, failed) = t.await?;
+        let (ok, failed, retried) = t.await?;
         out.written += ok;
         out.failed += failed;
+        out.retried += retried;
     }
     out.seconds = t0.elapsed().as_secs_f64();
     Ok(out)

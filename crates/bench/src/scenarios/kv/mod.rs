@@ -13,7 +13,8 @@
 //! - `--prefill-bytes B`: before measuring, write enough distinct keys that
 //!   each node stores B bytes of values (keys × value bytes × from / nodes);
 //!   GETs then read those keys. `--op get|mixed` on spawned nodes without
-//!   it fills `--keys` keys.
+//!   it fills `--keys` keys. A key whose fill PUT fails (a 504 while a
+//!   node compacts under the fill) is written again, up to 5 attempts.
 //! - `--find-rate MS`: the highest rate whose p90 stays under MS
 //!   milliseconds with every request delivered (doubling, then bisecting;
 //!   at most `--find-steps` runs), the seed's "optimal rate".
@@ -363,15 +364,17 @@ pub async fn run(args: &KvArgs) -> anyhow::Result<()> {
         );
         let disk = cluster.as_ref().map(Cluster::disk_bytes);
         eprintln!(
-            "[kv] filled {} keys in {:.1} s ({:.0}/s); bytes on disk per node: {disk:?}",
+            "[kv] filled {} keys in {:.1} s ({:.0}/s, {} attempts made again); bytes on disk per node: {disk:?}",
             f.written,
             f.seconds,
-            f.written as f64 / f.seconds.max(1e-9)
+            f.written as f64 / f.seconds.max(1e-9),
+            f.retried
         );
         fill_report = serde_json::json!({
             "keys": count,
             "written": f.written,
             "failed": f.failed,
+            "retried": f.retried,
             "seconds": f.seconds,
             "value_bytes_per_node": (count as f64 * args.value_bytes as f64 * copies / nodes as f64) as u64,
             "disk_bytes_per_node": disk,
