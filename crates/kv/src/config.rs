@@ -123,6 +123,13 @@ pub struct KvConfig {
     /// Send replica reads and writes per peer in batches (one signed
     /// request for whatever queued meanwhile) instead of one request each.
     pub replica_batching: bool,
+    /// Let every async worker write the journal at once, instead of one at a
+    /// time with concurrent writes handed to the blocking pool
+    /// ([`crate::journal_slot`]). A little faster on a node that serves KV
+    /// only, but fjall holds its journal lock across an fsync when it
+    /// flushes a memtable, and the workers waiting on that lock stall every
+    /// request of the process (push, wire, Forward, GETs) meanwhile.
+    pub inline_writes: bool,
     /// MiB of the engine's block cache (decoded table blocks kept in
     /// memory). A write reads the stored version first (last-write-wins),
     /// so overwrites of keys not in the cache read from the files.
@@ -141,6 +148,7 @@ impl Default for KvConfig {
             cluster_secret: None,
             anti_entropy_interval_ms: DEFAULT_ANTI_ENTROPY_INTERVAL_MS,
             replica_batching: true,
+            inline_writes: false,
             cache_mb: DEFAULT_CACHE_MB,
         }
     }

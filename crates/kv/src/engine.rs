@@ -23,6 +23,7 @@ use parking_lot::Mutex;
 use crate::commit::GroupCommit;
 use crate::config::{SyncPolicy, DEFAULT_CACHE_MB};
 use crate::error::KvError;
+use crate::journal_slot::JournalSlot;
 use crate::record::Record;
 use crate::stamp_bound::StampBounds;
 use crate::write_group::WriteGroups;
@@ -89,6 +90,11 @@ pub struct Engine {
     group_commit: Option<GroupCommit>,
     /// Client writes gathered into one journal write each.
     groups: WriteGroups,
+    /// Journal writes always made on the calling (async) thread, even
+    /// while another one is in progress (`[kv] inline_writes`).
+    inline_writes: bool,
+    /// Held by the async worker writing the journal.
+    journal_slot: JournalSlot,
     /// Set once a write failed with `Poisoned`: fjall accepts no write
     /// after a failed journal write (a full disk, an I/O error) until the
     /// process opens the database again, so the node must be restarted.
@@ -144,6 +150,8 @@ impl Engine {
             stop: Arc::new(AtomicBool::new(false)),
             group_commit,
             groups: WriteGroups::default(),
+            inline_writes: false,
+            journal_slot: JournalSlot::default(),
             poisoned: AtomicBool::new(false),
         })
     }
@@ -234,8 +242,12 @@ impl Engine {
     /// buffered journal write for all), and under `sync = "always"` the call
     /// then awaits the group commit ([`crate::commit`]) — one fsync shared
     /// with every write made meanwhile — instead of fsyncing alone.
-    pub async fn apply_committed(&self, key: &[u8], record: &Record) -> Result<bool, KvError> {
-        let stored = self.groups.apply(self, key, record).await?;
+    pub async fn apply_committed(
+        self: &Arc<Self>,
+        key: &[u8],
+        record: &Record,
+    ) -> Result<bool, KvError> {
+        let stored = WriteGroups::apply(self, key, record).await?;
         if let (true, Some(gc)) = (stored, &self.group_commit) {
             gc.commit().await?;
         }
@@ -250,6 +262,25 @@ impl Engine {
             None => Ok(()),
         };
         self.noted(r)
+    }
+
+    /// Makes every journal write on the calling async thread, even while
+    /// another one is in progress (`[kv] inline_writes`; off by default).
+    pub fn with_inline_writes(mut self, on: bool) -> Self {
+        self.inline_writes = on;
+        self
+    }
+
+    /// Runs the journal write `write` on this (async) thread (`Ok`), or
+    /// gives it back (`Err`) for the caller to hand to the blocking pool
+    /// when another async worker is writing the journal: fjall may hold
+    /// the journal lock across a flush's fsync, and at most one worker
+    /// should wait there ([`crate::journal_slot`]).
+    pub fn try_write_here<T, F: FnOnce() -> T>(&self, write: F) -> Result<T, F> {
+        if self.inline_writes {
+            return Ok(write());
+        }
+        self.journal_slot.try_write(write)
     }
 
     /// The groups client writes are gathered into ([`crate::write_group`]).

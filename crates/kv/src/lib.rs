@@ -26,6 +26,7 @@ pub mod engine;
 pub mod entry_stream;
 pub mod error;
 pub mod hints;
+pub mod journal_slot;
 pub mod merkle;
 pub mod metrics;
 pub mod record;

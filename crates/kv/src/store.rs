@@ -75,11 +75,10 @@ impl KvStore {
     /// every accepted write. Must run inside a tokio runtime.
     pub fn open(config: &KvConfig, hub: Option<Hub>) -> Result<Self, KvError> {
         config.validate()?;
-        let engine = Arc::new(Engine::open_with_cache(
-            &config.data_dir,
-            config.sync,
-            config.cache_mb * 1024 * 1024,
-        )?);
+        let engine = Arc::new(
+            Engine::open_with_cache(&config.data_dir, config.sync, config.cache_mb * 1024 * 1024)?
+                .with_inline_writes(config.inline_writes),
+        );
         engine.start_maintenance(Duration::from_millis(config.tombstone_grace_ms));
         let ring = match &config.self_url {
             Some(me) if !config.nodes.is_empty() => {
@@ -225,28 +224,29 @@ impl KvStore {
     /// A coordinator's batch ([`crate::batch`]) on this node's own data:
     /// reads and last-write-wins writes in order — each run of writes as
     /// one journal write ([`Engine::apply_many_unsynced`]) — then one commit
-    /// for all the writes (one fsync under `sync = "always"`).
+    /// for all the writes (one fsync under `sync = "always"`). A batch with
+    /// writes runs on the blocking pool when another async worker is
+    /// writing the journal ([`Engine::try_write_here`]), otherwise on the
+    /// calling worker.
     pub async fn local_batch(&self, ops: Vec<BatchOp>) -> Vec<BatchReply> {
-        let engine = &self.inner.engine;
-        let mut replies = Vec::with_capacity(ops.len());
-        let mut run: Vec<(Bytes, Record)> = Vec::new();
-        for op in ops {
-            match op {
-                BatchOp::Put(key, record) => run.push((key, record)),
-                BatchOp::Get(key) => {
-                    apply_run(engine, &mut run, &mut replies);
-                    replies.push(match engine.get(&key) {
-                        Ok(Some(r)) => BatchReply::Found(r),
-                        Ok(None) => BatchReply::Absent,
-                        Err(e) => {
-                            tracing::error!(error = %e, "kv: batch read failed");
-                            BatchReply::Failed
-                        }
-                    });
-                }
+        let engine = self.inner.engine.clone();
+        let writes = ops.iter().any(|op| matches!(op, BatchOp::Put(..)));
+        let count = ops.len();
+        let mut replies = if writes {
+            let e = engine.clone();
+            match engine.try_write_here(move || apply_batch(&e, ops)) {
+                Ok(replies) => replies,
+                Err(job) => match tokio::task::spawn_blocking(job).await {
+                    Ok(replies) => replies,
+                    Err(e) => {
+                        tracing::error!(error = %e, "kv: batch task failed");
+                        return (0..count).map(|_| BatchReply::Failed).collect();
+                    }
+                },
             }
-        }
-        apply_run(engine, &mut run, &mut replies);
+        } else {
+            apply_batch(&engine, ops)
+        };
         if replies.contains(&BatchReply::Applied) {
             if let Err(e) = engine.commit().await {
                 tracing::error!(error = %e, "kv: batch commit failed");
@@ -474,6 +474,31 @@ impl KvStore {
         }
         Ok(())
     }
+}
+
+/// A batch's reads and writes in order, each run of writes as one journal
+/// write; one reply per operation.
+fn apply_batch(engine: &Engine, ops: Vec<BatchOp>) -> Vec<BatchReply> {
+    let mut replies = Vec::with_capacity(ops.len());
+    let mut run: Vec<(Bytes, Record)> = Vec::new();
+    for op in ops {
+        match op {
+            BatchOp::Put(key, record) => run.push((key, record)),
+            BatchOp::Get(key) => {
+                apply_run(engine, &mut run, &mut replies);
+                replies.push(match engine.get(&key) {
+                    Ok(Some(r)) => BatchReply::Found(r),
+                    Ok(None) => BatchReply::Absent,
+                    Err(e) => {
+                        tracing::error!(error = %e, "kv: batch read failed");
+                        BatchReply::Failed
+                    }
+                });
+            }
+        }
+    }
+    apply_run(engine, &mut run, &mut replies);
+    replies
 }
 
 /// Writes a run of a batch's puts as one journal write and adds their

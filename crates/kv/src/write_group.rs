@@ -9,14 +9,20 @@
 //! as one batch ([`Engine::apply_many_unsynced`]: last-write-wins per key, as
 //! if applied one after another) and wakes the others with their own
 //! answers. Under load a group holds about as many writes as the worker had
-//! requests ready; a lone write pays one extra turn of the scheduler.
+//! requests ready; a lone write pays one extra turn of the scheduler. The
+//! write is made on the leader's worker unless another worker is writing
+//! the journal at that moment; then it goes to the blocking pool
+//! ([`crate::journal_slot`]: fjall may hold the journal lock across an
+//! fsync, and at most one worker should wait there).
 //!
 //! Nothing hangs on a cancelled leader: if its future is dropped before the
-//! write (its client went away), the group is written in the drop. The
-//! durability promise is unchanged: a write is answered only after its
-//! group is in the journal, and `sync = "always"` then awaits the group
-//! commit ([`crate::commit`]) as before.
+//! members were woken (its client went away), the group is still written
+//! and the members woken, by a thread of their own. The durability promise
+//! is unchanged: a write is answered only after its group is in the
+//! journal, and `sync = "always"` then awaits the group commit
+//! ([`crate::commit`]) as before.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
@@ -44,6 +50,9 @@ struct Group {
     outcome: OnceLock<Result<Vec<bool>, String>>,
     /// Woken once `outcome` is set.
     written: Notify,
+    /// Set when the leader was dropped before it woke the members: the
+    /// writing thread wakes them then.
+    leader_gone: AtomicBool,
 }
 
 /// The open group of one engine, and counters of what the groups did.
@@ -58,27 +67,23 @@ pub struct WriteGroups {
 }
 
 impl WriteGroups {
-    /// Stores `record` under `key` unless the stored version wins over it,
-    /// in one journal write with the writes gathered meanwhile; returns
-    /// whether it was stored. Answers once the group is in the journal (as
-    /// far as `[kv] sync` promises without a commit: the OS has it).
-    pub async fn apply(
-        &self,
-        engine: &Engine,
-        key: &[u8],
-        record: &Record,
-    ) -> Result<bool, KvError> {
-        let (group, index, leading) = self.join(key, record);
+    /// Stores `record` under `key` in `engine` unless the stored version
+    /// wins over it, in one journal write with the writes gathered
+    /// meanwhile; returns whether it was stored. Answers once the group is
+    /// in the journal (as far as `[kv] sync` promises without a commit: the
+    /// OS has it).
+    pub async fn apply(engine: &Arc<Engine>, key: &[u8], record: &Record) -> Result<bool, KvError> {
+        let groups = engine.write_groups();
+        let (group, index, leading) = groups.join(key, record);
         if leading {
             let mut leader = Leader {
-                groups: self,
                 engine,
                 group: &group,
-                done: false,
+                state: LeaderState::Gathering,
             };
             // Lets the request tasks runnable on this worker join first.
             tokio::task::yield_now().await;
-            leader.write();
+            leader.finish().await;
         } else {
             let written = group.written.notified();
             tokio::pin!(written);
@@ -135,6 +140,7 @@ impl WriteGroups {
             records: Mutex::new(vec![item]),
             outcome: OnceLock::new(),
             written: Notify::new(),
+            leader_gone: AtomicBool::new(false),
         });
         *open = Some((group.clone(), size));
         (group, 0, true)
@@ -149,37 +155,91 @@ impl WriteGroups {
     }
 }
 
-/// The leader's duty to write its group, done at the latest when dropped.
+/// The leader's duty to have its group written and its members woken,
+/// done at the latest when dropped.
 struct Leader<'a> {
-    groups: &'a WriteGroups,
-    engine: &'a Engine,
+    engine: &'a Arc<Engine>,
     group: &'a Arc<Group>,
-    done: bool,
+    state: LeaderState,
+}
+
+/// How far a leader got.
+enum LeaderState {
+    /// Members may still join.
+    Gathering,
+    /// Closed; the journal write runs on the blocking pool.
+    Writing(tokio::task::JoinHandle<()>),
+    /// Written and the members woken.
+    Done,
 }
 
 impl Leader<'_> {
-    /// Closes the group, writes it, and wakes its members.
-    fn write(&mut self) {
-        if self.done {
-            return;
-        }
-        self.done = true;
-        self.groups.close(self.group);
-        let records = std::mem::take(&mut *self.group.records.lock());
-        let outcome = self
+    /// Closes the group, has it written and wakes its members. The write
+    /// is made here unless another async worker is writing the journal
+    /// ([`Engine::try_write_here`]); then it goes to the blocking pool and
+    /// this task awaits it, so the members are still woken from a worker.
+    async fn finish(&mut self) {
+        self.engine.write_groups().close(self.group);
+        let (engine, group) = (self.engine.clone(), self.group.clone());
+        if let Err(job) = self
             .engine
-            .apply_many_unsynced(&records)
-            .map_err(|e| e.to_string());
-        self.groups.groups.inc();
-        self.groups.records.inc_by(records.len() as u64);
-        let _ = self.group.outcome.set(outcome);
+            .try_write_here(move || write_group(&engine, &group))
+        {
+            let handle = tokio::task::spawn_blocking(job);
+            self.state = LeaderState::Writing(handle);
+            if let LeaderState::Writing(handle) = &mut self.state {
+                let _ = handle.await;
+            }
+        }
+        self.state = LeaderState::Done;
         self.group.written.notify_waiters();
     }
 }
 
 impl Drop for Leader<'_> {
+    /// A leader dropped before it finished (its client went away): the
+    /// group is still written and its members still woken, by a task or
+    /// thread of their own.
     fn drop(&mut self) {
-        self.write();
+        match std::mem::replace(&mut self.state, LeaderState::Done) {
+            LeaderState::Done => {}
+            LeaderState::Writing(_) => {
+                // Whichever of this and the writing thread comes second
+                // sees the other's mark and wakes the members.
+                self.group.leader_gone.store(true, Ordering::SeqCst);
+                if self.group.outcome.get().is_some() {
+                    self.group.written.notify_waiters();
+                }
+            }
+            LeaderState::Gathering => {
+                self.engine.write_groups().close(self.group);
+                self.group.leader_gone.store(true, Ordering::SeqCst);
+                let (engine, group) = (self.engine.clone(), self.group.clone());
+                let job = move || write_group(&engine, &group);
+                match tokio::runtime::Handle::try_current() {
+                    Ok(rt) => {
+                        rt.spawn_blocking(job);
+                    }
+                    Err(_) => job(),
+                }
+            }
+        }
+    }
+}
+
+/// Writes a closed group's records as one batch and sets its outcome.
+/// Waking the members is the leader's, unless the leader is gone.
+fn write_group(engine: &Engine, group: &Group) {
+    let records = std::mem::take(&mut *group.records.lock());
+    let outcome = engine
+        .apply_many_unsynced(&records)
+        .map_err(|e| e.to_string());
+    let groups = engine.write_groups();
+    groups.groups.inc();
+    groups.records.inc_by(records.len() as u64);
+    let _ = group.outcome.set(outcome);
+    if group.leader_gone.load(Ordering::SeqCst) {
+        group.written.notify_waiters();
     }
 }
 
@@ -187,6 +247,7 @@ impl Drop for Leader<'_> {
 mod tests {
     use super::*;
     use crate::config::SyncPolicy;
+    use std::time::Duration;
 
     fn engine() -> (tempfile::TempDir, Arc<Engine>) {
         let dir = tempfile::tempdir().unwrap();
@@ -201,12 +262,11 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn writers_ready_together_share_one_journal_write() {
         let (_dir, e) = engine();
-        let groups = Arc::new(WriteGroups::default());
         let mut tasks = Vec::new();
         for i in 0..50u64 {
-            let (e, g) = (e.clone(), groups.clone());
+            let e = e.clone();
             tasks.push(tokio::spawn(async move {
-                g.apply(&e, format!("k{i}").as_bytes(), &value(10 + i, "v"))
+                WriteGroups::apply(&e, format!("k{i}").as_bytes(), &value(10 + i, "v"))
                     .await
                     .unwrap()
             }));
@@ -214,7 +274,7 @@ mod tests {
         for t in tasks {
             assert!(t.await.unwrap());
         }
-        let (writes, records) = groups.counts();
+        let (writes, records) = e.write_groups().counts();
         assert_eq!(records, 50);
         assert!(writes < 5, "{writes} journal writes for 50 ready writers");
         for i in 0..50u64 {
@@ -226,13 +286,16 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn each_writer_learns_whether_its_own_record_won() {
         let (_dir, e) = engine();
-        let groups = Arc::new(WriteGroups::default());
         // Stored first, alone: newer than both group members below.
-        assert!(groups.apply(&e, b"k", &value(100, "stored")).await.unwrap());
-        let (e1, g1) = (e.clone(), groups.clone());
-        let older = tokio::spawn(async move { g1.apply(&e1, b"k", &value(50, "old")).await });
-        let (e2, g2) = (e.clone(), groups.clone());
-        let newer = tokio::spawn(async move { g2.apply(&e2, b"k", &value(200, "new")).await });
+        assert!(WriteGroups::apply(&e, b"k", &value(100, "stored"))
+            .await
+            .unwrap());
+        let e1 = e.clone();
+        let older =
+            tokio::spawn(async move { WriteGroups::apply(&e1, b"k", &value(50, "old")).await });
+        let e2 = e.clone();
+        let newer =
+            tokio::spawn(async move { WriteGroups::apply(&e2, b"k", &value(200, "new")).await });
         assert!(!older.await.unwrap().unwrap());
         assert!(newer.await.unwrap().unwrap());
         assert_eq!(e.get(b"k").unwrap().unwrap().timestamp, 200);
@@ -247,14 +310,13 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_dropped_leader_still_writes_its_group() {
         let (_dir, e) = engine();
-        let groups = WriteGroups::default();
         let (a, b) = (value(1, "a"), value(2, "b"));
-        let mut leader = Box::pin(groups.apply(&e, b"a", &a));
+        let mut leader = Box::pin(WriteGroups::apply(&e, b"a", &a));
         assert!(
             poll_once(&mut leader).await.is_pending(),
             "the leader yields"
         );
-        let mut member = Box::pin(groups.apply(&e, b"b", &b));
+        let mut member = Box::pin(WriteGroups::apply(&e, b"b", &b));
         assert!(
             poll_once(&mut member).await.is_pending(),
             "the member waits"
@@ -264,19 +326,42 @@ mod tests {
         assert!(member.await.unwrap());
         assert!(e.get(b"a").unwrap().is_some());
         assert!(e.get(b"b").unwrap().is_some());
-        assert_eq!(groups.counts(), (1, 2));
+        assert_eq!(e.write_groups().counts(), (1, 2));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_leader_dropped_while_its_group_is_written_still_wakes_members() {
+        let (_dir, e) = engine();
+        let (a, b) = (value(1, "a"), value(2, "b"));
+        let mut leader = Box::pin(WriteGroups::apply(&e, b"a", &a));
+        assert!(
+            poll_once(&mut leader).await.is_pending(),
+            "the leader yields"
+        );
+        let mut member = Box::pin(WriteGroups::apply(&e, b"b", &b));
+        assert!(
+            poll_once(&mut member).await.is_pending(),
+            "the member waits"
+        );
+        // Second poll: the group is closed and handed to the blocking pool.
+        let _ = poll_once(&mut leader).await;
+        drop(leader);
+        let stored = tokio::time::timeout(Duration::from_secs(10), member)
+            .await
+            .expect("the member is woken");
+        assert!(stored.unwrap());
+        assert!(e.get(b"a").unwrap().is_some());
     }
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_group_is_bounded_in_records() {
         let (_dir, e) = engine();
-        let groups = Arc::new(WriteGroups::default());
         let n = MAX_GROUP_RECORDS as u64 * 2 + 10;
         let mut tasks = Vec::new();
         for i in 0..n {
-            let (e, g) = (e.clone(), groups.clone());
+            let e = e.clone();
             tasks.push(tokio::spawn(async move {
-                g.apply(&e, format!("k{i}").as_bytes(), &value(1 + i, "v"))
+                WriteGroups::apply(&e, format!("k{i}").as_bytes(), &value(1 + i, "v"))
                     .await
                     .unwrap()
             }));
@@ -284,7 +369,7 @@ mod tests {
         for t in tasks {
             assert!(t.await.unwrap());
         }
-        let (writes, records) = groups.counts();
+        let (writes, records) = e.write_groups().counts();
         assert_eq!(records, n);
         assert!(writes >= 3, "{writes} journal writes for {n} records");
     }

@@ -4,7 +4,8 @@
 //! nodes, and the same holds with batching off; the batch endpoint applies
 //! a signed batch and refuses an unsigned or forged one. On one node, every
 //! concurrent client write goes to the journal through a write group
-//! (counted on `/metrics`) and is read back.
+//! (counted on `/metrics`) and is read back; with `inline_writes = true`
+//! (every worker writes the journal itself) the writes land the same.
 
 #[path = "kv_util.rs"]
 mod kv_util;
@@ -77,6 +78,13 @@ fn concurrent_client_writes_on_one_node_go_through_write_groups() {
     );
     let groups = metric(&nodes[0], "tidegate_kv_write_groups_total");
     assert!((1.0..=writes).contains(&groups), "{groups} groups");
+}
+
+#[test]
+fn with_inline_writes_every_write_still_lands_once() {
+    let nodes = started(3, "inline_writes = true\n");
+    let copies = concurrent_load(&nodes, "&ack=2&from=3");
+    assert!(copies.iter().all(|&c| c == 3), "{copies:?}");
 }
 
 #[test]
