@@ -247,6 +247,9 @@ fn write_group(engine: &Engine, group: &Group) {
 mod tests {
     use super::*;
     use crate::config::SyncPolicy;
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::Poll;
     use std::time::Duration;
 
     fn engine() -> (tempfile::TempDir, Arc<Engine>) {
@@ -259,14 +262,14 @@ mod tests {
         Record::value(ts, Bytes::copy_from_slice(v.as_bytes()))
     }
 
-    #[tokio::test(flavor = "current_thread")]
-    async fn writers_ready_together_share_one_journal_write() {
-        let (_dir, e) = engine();
+    /// Spawns `n` writers of keys `k0…` (stamps `first_ts…`), all runnable
+    /// at once; checks each was stored and returns the groups' counts.
+    async fn write_concurrently(e: &Arc<Engine>, n: u64, first_ts: u64) -> (u64, u64) {
         let mut tasks = Vec::new();
-        for i in 0..50u64 {
+        for i in 0..n {
             let e = e.clone();
             tasks.push(tokio::spawn(async move {
-                WriteGroups::apply(&e, format!("k{i}").as_bytes(), &value(10 + i, "v"))
+                WriteGroups::apply(&e, format!("k{i}").as_bytes(), &value(first_ts + i, "v"))
                     .await
                     .unwrap()
             }));
@@ -274,7 +277,13 @@ mod tests {
         for t in tasks {
             assert!(t.await.unwrap());
         }
-        let (writes, records) = e.write_groups().counts();
+        e.write_groups().counts()
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn writers_ready_together_share_one_journal_write() {
+        let (_dir, e) = engine();
+        let (writes, records) = write_concurrently(&e, 50, 10).await;
         assert_eq!(records, 50);
         assert!(writes < 5, "{writes} journal writes for 50 ready writers");
         for i in 0..50u64 {
@@ -302,25 +311,37 @@ mod tests {
     }
 
     /// Polls `f` once.
-    async fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> std::task::Poll<F::Output> {
-        std::future::poll_fn(|cx| std::task::Poll::Ready(std::pin::Pin::new(&mut *f).poll(cx)))
-            .await
+    async fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
+        std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *f).poll(cx))).await
+    }
+
+    /// A leader that has yielded and a member of its group that waits.
+    async fn leader_and_member<'a>(
+        e: &'a Arc<Engine>,
+        a: &'a Record,
+        b: &'a Record,
+    ) -> (
+        Pin<Box<impl Future<Output = Result<bool, KvError>> + 'a>>,
+        Pin<Box<impl Future<Output = Result<bool, KvError>> + 'a>>,
+    ) {
+        let mut leader = Box::pin(WriteGroups::apply(e, b"a", a));
+        assert!(
+            poll_once(&mut leader).await.is_pending(),
+            "the leader yields"
+        );
+        let mut member = Box::pin(WriteGroups::apply(e, b"b", b));
+        assert!(
+            poll_once(&mut member).await.is_pending(),
+            "the member waits"
+        );
+        (leader, member)
     }
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_dropped_leader_still_writes_its_group() {
         let (_dir, e) = engine();
         let (a, b) = (value(1, "a"), value(2, "b"));
-        let mut leader = Box::pin(WriteGroups::apply(&e, b"a", &a));
-        assert!(
-            poll_once(&mut leader).await.is_pending(),
-            "the leader yields"
-        );
-        let mut member = Box::pin(WriteGroups::apply(&e, b"b", &b));
-        assert!(
-            poll_once(&mut member).await.is_pending(),
-            "the member waits"
-        );
+        let (leader, member) = leader_and_member(&e, &a, &b).await;
         // The leader's client went away before the group was written.
         drop(leader);
         assert!(member.await.unwrap());
@@ -330,21 +351,18 @@ mod tests {
     }
 
     #[tokio::test(flavor = "current_thread")]
-    async fn a_leader_dropped_while_its_group_is_written_still_wakes_members() {
+    async fn a_leader_dropped_while_the_blocking_pool_writes_its_group_still_wakes_members() {
         let (_dir, e) = engine();
         let (a, b) = (value(1, "a"), value(2, "b"));
-        let mut leader = Box::pin(WriteGroups::apply(&e, b"a", &a));
-        assert!(
-            poll_once(&mut leader).await.is_pending(),
-            "the leader yields"
-        );
-        let mut member = Box::pin(WriteGroups::apply(&e, b"b", &b));
-        assert!(
-            poll_once(&mut member).await.is_pending(),
-            "the member waits"
-        );
-        // Second poll: the group is closed and handed to the blocking pool.
-        let _ = poll_once(&mut leader).await;
+        let (mut leader, member) = leader_and_member(&e, &a, &b).await;
+        // Polled again while "another worker" writes the journal: the group
+        // goes to the blocking pool and the leader awaits it.
+        let second = std::future::poll_fn(|cx| {
+            let polled = e.try_write_here(|| leader.as_mut().poll(cx));
+            Poll::Ready(polled.ok().expect("the slot was free"))
+        })
+        .await;
+        assert!(second.is_pending(), "the leader awaits the blocking pool");
         drop(leader);
         let stored = tokio::time::timeout(Duration::from_secs(10), member)
             .await
@@ -357,19 +375,7 @@ mod tests {
     async fn a_group_is_bounded_in_records() {
         let (_dir, e) = engine();
         let n = MAX_GROUP_RECORDS as u64 * 2 + 10;
-        let mut tasks = Vec::new();
-        for i in 0..n {
-            let e = e.clone();
-            tasks.push(tokio::spawn(async move {
-                WriteGroups::apply(&e, format!("k{i}").as_bytes(), &value(1 + i, "v"))
-                    .await
-                    .unwrap()
-            }));
-        }
-        for t in tasks {
-            assert!(t.await.unwrap());
-        }
-        let (writes, records) = e.write_groups().counts();
+        let (writes, records) = write_concurrently(&e, n, 1).await;
         assert_eq!(records, n);
         assert!(writes >= 3, "{writes} journal writes for {n} records");
     }
