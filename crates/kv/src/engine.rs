@@ -283,6 +283,12 @@ impl Engine {
         self.journal_slot.try_write(write)
     }
 
+    /// The slot of the async worker writing the journal
+    /// ([`crate::journal_slot`]).
+    pub fn journal_slot(&self) -> &JournalSlot {
+        &self.journal_slot
+    }
+
     /// The groups client writes are gathered into ([`crate::write_group`]).
     pub fn write_groups(&self) -> &WriteGroups {
         &self.groups

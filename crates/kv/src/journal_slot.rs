@@ -14,10 +14,15 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use prometheus_client::metrics::counter::Counter;
+use tidegate_hub::HubMetrics;
+
 /// Whether an async worker is writing the journal.
 #[derive(Default)]
 pub struct JournalSlot {
     busy: AtomicBool,
+    /// Writes given back because the slot was held.
+    handed_off: Counter,
 }
 
 impl JournalSlot {
@@ -29,10 +34,27 @@ impl JournalSlot {
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
+            self.handed_off.inc();
             return Err(write);
         }
         let _release = Release(&self.busy);
         Ok(write())
+    }
+}
+
+impl JournalSlot {
+    /// Journal writes given back so far (handed to the blocking pool).
+    pub fn handed_off(&self) -> u64 {
+        self.handed_off.get()
+    }
+
+    /// Registers the hand-off counter with the hub's registry (`/metrics`).
+    pub fn register(&self, hub: &HubMetrics) {
+        hub.register(
+            "kv_journal_handoffs",
+            "KV journal writes handed to the blocking pool because another async worker was writing the journal",
+            self.handed_off.clone(),
+        );
     }
 }
 
@@ -55,6 +77,7 @@ mod tests {
         let nested = slot.try_write(|| slot.try_write(|| 1).is_err());
         assert_eq!(nested.ok(), Some(true), "the inner write was refused");
         assert_eq!(slot.try_write(|| 2).ok(), Some(2), "free again");
+        assert_eq!(slot.handed_off(), 1);
     }
 
     #[test]

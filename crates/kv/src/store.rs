@@ -101,6 +101,7 @@ impl KvStore {
         if let Some(hub) = &hub {
             metrics.register(hub.metrics());
             engine.write_groups().register(hub.metrics());
+            engine.journal_slot().register(hub.metrics());
         }
         let hints = Arc::new(Hints::new(engine.clone(), nodes, metrics.clone()));
         if ring.len() > 1 {

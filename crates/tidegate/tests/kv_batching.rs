@@ -78,6 +78,11 @@ fn concurrent_client_writes_on_one_node_go_through_write_groups() {
     );
     let groups = metric(&nodes[0], "tidegate_kv_write_groups_total");
     assert!((1.0..=writes).contains(&groups), "{groups} groups");
+    // Hand-offs depend on timing; the counter is there, and never more
+    // than the group writes made.
+    let (_, body) = nodes[0].req("GET", "/metrics", b"");
+    assert!(String::from_utf8_lossy(&body).contains("tidegate_kv_journal_handoffs_total "));
+    assert!(metric(&nodes[0], "tidegate_kv_journal_handoffs_total") <= groups);
 }
 
 #[test]
