@@ -15,7 +15,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-pub use common::{free_addr, serve, Served};
+#[allow(unused_imports)] // each test binary uses its own subset
+pub use common::{free_addr, free_addrs, serve, Served};
 
 /// The secret every test cluster shares.
 pub const SECRET: &str = "test-cluster-secret";
@@ -111,7 +112,7 @@ impl Node {
 
 /// `n` nodes knowing each other (not started). `extra` goes into `[kv]`.
 pub fn cluster(n: usize, extra: &str) -> Vec<Node> {
-    let addrs: Vec<SocketAddr> = (0..n).map(|_| free_addr()).collect();
+    let addrs: Vec<SocketAddr> = free_addrs(n);
     let urls: Vec<String> = addrs.iter().map(|a| format!("\"http://{a}\"")).collect();
     addrs
         .iter()

@@ -17,6 +17,17 @@ pub fn free_addr() -> SocketAddr {
         .unwrap()
 }
 
+/// `n` distinct free loopback addresses: the listeners are all held until
+/// every port is picked, so the OS cannot hand out one port twice (with
+/// [`free_addr`] called `n` times, it sometimes did, and a cluster test got
+/// a node list naming one address twice).
+pub fn free_addrs(n: usize) -> Vec<SocketAddr> {
+    let held: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    held.iter().map(|l| l.local_addr().unwrap()).collect()
+}
+
 /// A `tidegate serve` child, killed with SIGKILL when dropped; its config and
 /// log (`serve.log`) live in `dir`.
 pub struct Served {
