@@ -10,16 +10,16 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{free_addr, serve, EXE};
+use common::{free_addr, free_addrs, serve, EXE};
 
-/// Every listener on a free port, `extra` appended.
+/// Every listener on a free port, `extra` appended. The four ports are
+/// picked together and differ from `http` (picked one by one, two once
+/// came out the same).
 fn config_on_free_ports(http: SocketAddr, extra: &str) -> String {
+    let ports: Vec<SocketAddr> = free_addrs(5).into_iter().filter(|a| *a != http).collect();
     format!(
         "[http]\nlisten = \"{http}\"\n[wire]\nlisten = \"{}\"\n[sockperf]\nlisten = \"{}\"\n[forward]\nlisten = \"{}\"\n[s2s]\nlisten = \"{}\"\n{extra}",
-        free_addr(),
-        free_addr(),
-        free_addr(),
-        free_addr()
+        ports[0], ports[1], ports[2], ports[3]
     )
 }
 

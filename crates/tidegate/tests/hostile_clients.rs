@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{free_addr, serve, Served};
+use common::{free_addrs, serve, Served};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -36,11 +36,16 @@ struct Ports {
 }
 
 fn start_server() -> (Served, Ports) {
+    // Four distinct ports (four free_addr() calls once returned one port
+    // twice, and the server refused two listeners on it).
+    let [http, wire, forward, s2s] = free_addrs(4)[..] else {
+        unreachable!("free_addrs(4) returns four addresses")
+    };
     let p = Ports {
-        http: free_addr(),
-        wire: free_addr(),
-        forward: free_addr(),
-        s2s: free_addr(),
+        http,
+        wire,
+        forward,
+        s2s,
     };
     let t = READ_TIMEOUT_MS;
     let served = serve(&format!(
