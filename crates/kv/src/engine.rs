@@ -6,8 +6,9 @@
 //!
 //! Calls block on disk I/O (briefly, for data the page cache holds); async
 //! callers make them inline on their worker rather than on the blocking
-//! pool (docs/kv.md, "Storage calls run on the calling worker"). Not for: replication or timestamps (the
-//! coordinator stamps records before they get here).
+//! pool (docs/kv.md, "Storage calls run on the calling worker"). Not for:
+//! replication or timestamps (the coordinator stamps records before they
+//! get here).
 
 use std::collections::HashMap;
 use std::ops::Bound;
@@ -244,8 +245,8 @@ impl Engine {
     /// with every write made meanwhile — instead of fsyncing alone.
     pub async fn apply_committed(
         self: &Arc<Self>,
-        key: &[u8],
-        record: &Record,
+        key: Bytes,
+        record: Record,
     ) -> Result<bool, KvError> {
         let stored = WriteGroups::apply(self, key, record).await?;
         if let (true, Some(gc)) = (stored, &self.group_commit) {

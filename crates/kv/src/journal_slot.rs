@@ -41,9 +41,7 @@ impl JournalSlot {
         let _release = Release(&self.busy);
         Ok(write())
     }
-}
 
-impl JournalSlot {
     /// Journal writes given back so far (handed to the blocking pool).
     pub fn handed_off(&self) -> u64 {
         self.handed_off.get()

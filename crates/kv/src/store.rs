@@ -219,7 +219,7 @@ impl KvStore {
     /// write on the calling worker, the fsync of `sync = "always"` shared
     /// with concurrent writes (group commit) and awaited, not blocked on.
     pub async fn local_apply(&self, key: Bytes, record: Record) -> Result<bool, KvError> {
-        self.inner.engine.apply_committed(&key, &record).await
+        self.inner.engine.apply_committed(key, record).await
     }
 
     /// A coordinator's batch ([`crate::batch`]) on this node's own data:

@@ -72,7 +72,7 @@ impl WriteGroups {
     /// meanwhile; returns whether it was stored. Answers once the group is
     /// in the journal (as far as `[kv] sync` promises without a commit: the
     /// OS has it).
-    pub async fn apply(engine: &Arc<Engine>, key: &[u8], record: &Record) -> Result<bool, KvError> {
+    pub async fn apply(engine: &Arc<Engine>, key: Bytes, record: Record) -> Result<bool, KvError> {
         let groups = engine.write_groups();
         let (group, index, leading) = groups.join(key, record);
         if leading {
@@ -120,9 +120,9 @@ impl WriteGroups {
 
     /// Adds the record to the open group, or opens one: the group, the
     /// record's place in it, and whether this writer leads it.
-    fn join(&self, key: &[u8], record: &Record) -> (Arc<Group>, usize, bool) {
-        let item = (Bytes::copy_from_slice(key), record.clone());
+    fn join(&self, key: Bytes, record: Record) -> (Arc<Group>, usize, bool) {
         let size = key.len() + record.value.len();
+        let item = (key, record);
         let mut open = self.open.lock();
         if let Some((group, bytes)) = open.as_mut() {
             let mut records = group.records.lock();
@@ -258,6 +258,10 @@ mod tests {
         (dir, e)
     }
 
+    fn key(k: &'static [u8]) -> Bytes {
+        Bytes::from_static(k)
+    }
+
     fn value(ts: u64, v: &str) -> Record {
         Record::value(ts, Bytes::copy_from_slice(v.as_bytes()))
     }
@@ -269,7 +273,7 @@ mod tests {
         for i in 0..n {
             let e = e.clone();
             tasks.push(tokio::spawn(async move {
-                WriteGroups::apply(&e, format!("k{i}").as_bytes(), &value(first_ts + i, "v"))
+                WriteGroups::apply(&e, Bytes::from(format!("k{i}")), value(first_ts + i, "v"))
                     .await
                     .unwrap()
             }));
@@ -296,15 +300,17 @@ mod tests {
     async fn each_writer_learns_whether_its_own_record_won() {
         let (_dir, e) = engine();
         // Stored first, alone: newer than both group members below.
-        assert!(WriteGroups::apply(&e, b"k", &value(100, "stored"))
+        assert!(WriteGroups::apply(&e, key(b"k"), value(100, "stored"))
             .await
             .unwrap());
         let e1 = e.clone();
         let older =
-            tokio::spawn(async move { WriteGroups::apply(&e1, b"k", &value(50, "old")).await });
+            tokio::spawn(async move { WriteGroups::apply(&e1, key(b"k"), value(50, "old")).await });
         let e2 = e.clone();
         let newer =
-            tokio::spawn(async move { WriteGroups::apply(&e2, b"k", &value(200, "new")).await });
+            tokio::spawn(
+                async move { WriteGroups::apply(&e2, key(b"k"), value(200, "new")).await },
+            );
         assert!(!older.await.unwrap().unwrap());
         assert!(newer.await.unwrap().unwrap());
         assert_eq!(e.get(b"k").unwrap().unwrap().timestamp, 200);
@@ -316,20 +322,18 @@ mod tests {
     }
 
     /// A leader that has yielded and a member of its group that waits.
-    async fn leader_and_member<'a>(
-        e: &'a Arc<Engine>,
-        a: &'a Record,
-        b: &'a Record,
+    async fn leader_and_member(
+        e: &Arc<Engine>,
     ) -> (
-        Pin<Box<impl Future<Output = Result<bool, KvError>> + 'a>>,
-        Pin<Box<impl Future<Output = Result<bool, KvError>> + 'a>>,
+        Pin<Box<impl Future<Output = Result<bool, KvError>> + '_>>,
+        Pin<Box<impl Future<Output = Result<bool, KvError>> + '_>>,
     ) {
-        let mut leader = Box::pin(WriteGroups::apply(e, b"a", a));
+        let mut leader = Box::pin(WriteGroups::apply(e, key(b"a"), value(1, "a")));
         assert!(
             poll_once(&mut leader).await.is_pending(),
             "the leader yields"
         );
-        let mut member = Box::pin(WriteGroups::apply(e, b"b", b));
+        let mut member = Box::pin(WriteGroups::apply(e, key(b"b"), value(2, "b")));
         assert!(
             poll_once(&mut member).await.is_pending(),
             "the member waits"
@@ -340,8 +344,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_dropped_leader_still_writes_its_group() {
         let (_dir, e) = engine();
-        let (a, b) = (value(1, "a"), value(2, "b"));
-        let (leader, member) = leader_and_member(&e, &a, &b).await;
+        let (leader, member) = leader_and_member(&e).await;
         // The leader's client went away before the group was written.
         drop(leader);
         assert!(member.await.unwrap());
@@ -353,8 +356,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_leader_dropped_while_the_blocking_pool_writes_its_group_still_wakes_members() {
         let (_dir, e) = engine();
-        let (a, b) = (value(1, "a"), value(2, "b"));
-        let (mut leader, member) = leader_and_member(&e, &a, &b).await;
+        let (mut leader, member) = leader_and_member(&e).await;
         // Polled again while "another worker" writes the journal: the group
         // goes to the blocking pool and the leader awaits it.
         let second = std::future::poll_fn(|cx| {

@@ -166,7 +166,7 @@ pub const NODES_RETENTION_MS: &str = "3600000";
 /// [`CREATE_TIMEOUT`] is logged, not fatal (the reader waits for the topic,
 /// and a broker that auto-creates topics makes it on the first record).
 pub async fn ensure_topic(config: &ClusterConfig) {
-    let admin: Result<AdminClient<DefaultClientContext>, _> = { config.client_config().create() };
+    let admin: Result<AdminClient<DefaultClientContext>, _> = config.client_config().create();
     let admin = match admin {
         Ok(a) => a,
         Err(e) => {
