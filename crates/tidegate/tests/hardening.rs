@@ -60,10 +60,11 @@ fn wait_for_http(addr: SocketAddr, served: &common::Served) {
 #[test]
 fn missing_tls_files_stop_start_up_before_any_port_opens() {
     let dir = tempfile::tempdir().unwrap();
-    let forward = free_addr();
+    let [forward, s2s] = free_addrs(2)[..] else {
+        unreachable!()
+    };
     let text = format!(
-        "[http]\nenabled = false\n[wire]\nenabled = false\n[sockperf]\nenabled = false\n[forward]\nlisten = \"{forward}\"\n[s2s]\nlisten = \"{}\"\n[s2s.tls]\ncert = \"/nonexistent/s2s-cert.pem\"\nkey = \"/nonexistent/s2s-key.pem\"\nclient_ca = \"/nonexistent/ca.pem\"\n",
-        free_addr()
+        "[http]\nenabled = false\n[wire]\nenabled = false\n[sockperf]\nenabled = false\n[forward]\nlisten = \"{forward}\"\n[s2s]\nlisten = \"{s2s}\"\n[s2s.tls]\ncert = \"/nonexistent/s2s-cert.pem\"\nkey = \"/nonexistent/s2s-key.pem\"\nclient_ca = \"/nonexistent/ca.pem\"\n"
     );
     let path = write_config(&dir, &text);
     let mut child = Command::new(EXE)
@@ -187,9 +188,10 @@ fn config_prints_values_from_the_environment_with_secrets_redacted() {
 
 #[test]
 fn health_is_live_and_ready_names_what_is_not_ready() {
-    let http = free_addr();
     // A Kafka sink whose broker does not exist: live, but not ready.
-    let dead_broker = free_addr();
+    let [http, dead_broker] = free_addrs(2)[..] else {
+        unreachable!()
+    };
     let served = serve(&config_on_free_ports(
         http,
         &format!("[sinks.kafka]\nbrokers = \"{dead_broker}\"\n"),

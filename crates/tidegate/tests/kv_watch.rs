@@ -14,7 +14,8 @@ use tidegate_wire::client::WireClient;
 #[tokio::test]
 async fn a_wire_subscriber_sees_every_accepted_write() {
     let mut n = cluster(1, "").pop().unwrap();
-    let wire = free_addr();
+    // Not the node's own [http] port, which is picked but not bound yet.
+    let wire = free_addrs(2).into_iter().find(|a| *a != n.addr).unwrap();
     n.wire = Some(wire);
     n.start();
     let mut c = WireClient::connect(wire).await.unwrap();

@@ -16,7 +16,7 @@ use tidegate_s2s::tls::ClientTls;
 
 mod common;
 
-use common::{free_addr, Served};
+use common::{free_addrs, Served};
 
 fn tls_block(section: &str, pki: &TestPki) -> String {
     let p = |n: &str| pki.path(n).display().to_string();
@@ -88,10 +88,12 @@ async fn discovered(addr: SocketAddr, tls: Option<&ClientTls>, served: &mut Serv
 async fn through_tls(transport: &str) {
     let pki = TestPki::generate().unwrap();
     let tls = ClientTls::new(pki.client_config(true).unwrap());
-    let (r_http, r_raw) = (free_addr(), free_addr());
+    // All four picked together: separate picks can return one port twice.
+    let [r_http, r_raw, s_http, s_raw] = free_addrs(4)[..] else {
+        unreachable!()
+    };
     let mut recv = receiver(r_http, r_raw, &pki);
     discovered(r_http, Some(&tls), &mut recv).await;
-    let (s_http, s_raw) = (free_addr(), free_addr());
     let mut send = sender(s_http, s_raw, r_http, transport, &pki);
     let src = discovered(s_http, None, &mut send).await;
     assert!(discover(s_http, Duration::from_secs(2)).await.is_ok());
