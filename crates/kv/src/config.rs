@@ -125,11 +125,18 @@ pub struct KvConfig {
     pub replica_batching: bool,
     /// Let every async worker write the journal at once, instead of one at a
     /// time with concurrent writes handed to the blocking pool
-    /// ([`crate::journal_slot`]). A little faster on a node that serves KV
+    /// ([`crate::storage_slot`]). A little faster on a node that serves KV
     /// only, but fjall holds its journal lock across an fsync when it
     /// flushes a memtable, and the workers waiting on that lock stall every
     /// request of the process (push, wire, Forward, GETs) meanwhile.
     pub inline_writes: bool,
+    /// Let every async worker read the engine at once, instead of one at a
+    /// time with concurrent reads handed to the blocking pool
+    /// ([`crate::storage_slot`]). A little faster under a read load, but
+    /// lsm-tree holds the version lock every read takes across an fsync
+    /// after each flush and compaction, and the workers waiting on it stall
+    /// every request of the process meanwhile.
+    pub inline_reads: bool,
     /// MiB of the engine's block cache (decoded table blocks kept in
     /// memory). A write reads the stored version first (last-write-wins),
     /// so overwrites of keys not in the cache read from the files.
@@ -149,6 +156,7 @@ impl Default for KvConfig {
             anti_entropy_interval_ms: DEFAULT_ANTI_ENTROPY_INTERVAL_MS,
             replica_batching: true,
             inline_writes: false,
+            inline_reads: false,
             cache_mb: DEFAULT_CACHE_MB,
         }
     }

@@ -24,9 +24,9 @@ use parking_lot::Mutex;
 use crate::commit::GroupCommit;
 use crate::config::{SyncPolicy, DEFAULT_CACHE_MB};
 use crate::error::KvError;
-use crate::journal_slot::JournalSlot;
 use crate::record::Record;
 use crate::stamp_bound::StampBounds;
+use crate::storage_slot::StorageSlot;
 use crate::write_group::WriteGroups;
 use crate::writeback::{self, WRITEBACK_EVERY};
 
@@ -94,8 +94,11 @@ pub struct Engine {
     /// Journal writes always made on the calling (async) thread, even
     /// while another one is in progress (`[kv] inline_writes`).
     inline_writes: bool,
-    /// Held by the async worker writing the journal.
-    journal_slot: JournalSlot,
+    /// Local reads always made on the calling (async) thread, even while
+    /// another storage call is in progress (`[kv] inline_reads`).
+    inline_reads: bool,
+    /// Held by the async worker inside a storage call.
+    storage_slot: StorageSlot,
     /// Set once a write failed with `Poisoned`: fjall accepts no write
     /// after a failed journal write (a full disk, an I/O error) until the
     /// process opens the database again, so the node must be restarted.
@@ -152,7 +155,8 @@ impl Engine {
             group_commit,
             groups: WriteGroups::default(),
             inline_writes: false,
-            journal_slot: JournalSlot::default(),
+            inline_reads: false,
+            storage_slot: StorageSlot::default(),
             poisoned: AtomicBool::new(false),
         })
     }
@@ -272,22 +276,40 @@ impl Engine {
         self
     }
 
+    /// Makes every local read on the calling async thread, even while
+    /// another storage call is in progress (`[kv] inline_reads`; off by
+    /// default).
+    pub fn with_inline_reads(mut self, on: bool) -> Self {
+        self.inline_reads = on;
+        self
+    }
+
     /// Runs the journal write `write` on this (async) thread (`Ok`), or
     /// gives it back (`Err`) for the caller to hand to the blocking pool
-    /// when another async worker is writing the journal: fjall may hold
-    /// the journal lock across a flush's fsync, and at most one worker
-    /// should wait there ([`crate::journal_slot`]).
+    /// when another async worker is in a storage call: fjall may hold the
+    /// journal lock across a flush's fsync, and at most one worker should
+    /// wait there ([`crate::storage_slot`]).
     pub fn try_write_here<T, F: FnOnce() -> T>(&self, write: F) -> Result<T, F> {
         if self.inline_writes {
             return Ok(write());
         }
-        self.journal_slot.try_write(write)
+        self.storage_slot.try_write(write)
     }
 
-    /// The slot of the async worker writing the journal
-    /// ([`crate::journal_slot`]).
-    pub fn journal_slot(&self) -> &JournalSlot {
-        &self.journal_slot
+    /// Like [`Engine::try_write_here`], for a read: lsm-tree holds the
+    /// version lock every read takes across the fsync of a new version
+    /// file (after each flush and compaction).
+    pub fn try_read_here<T, F: FnOnce() -> T>(&self, read: F) -> Result<T, F> {
+        if self.inline_reads {
+            return Ok(read());
+        }
+        self.storage_slot.try_read(read)
+    }
+
+    /// The slot of the async worker inside a storage call
+    /// ([`crate::storage_slot`]).
+    pub fn storage_slot(&self) -> &StorageSlot {
+        &self.storage_slot
     }
 
     /// The groups client writes are gathered into ([`crate::write_group`]).

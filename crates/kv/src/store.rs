@@ -77,7 +77,8 @@ impl KvStore {
         config.validate()?;
         let engine = Arc::new(
             Engine::open_with_cache(&config.data_dir, config.sync, config.cache_mb * 1024 * 1024)?
-                .with_inline_writes(config.inline_writes),
+                .with_inline_writes(config.inline_writes)
+                .with_inline_reads(config.inline_reads),
         );
         engine.start_maintenance(Duration::from_millis(config.tombstone_grace_ms));
         let ring = match &config.self_url {
@@ -101,7 +102,7 @@ impl KvStore {
         if let Some(hub) = &hub {
             metrics.register(hub.metrics());
             engine.write_groups().register(hub.metrics());
-            engine.journal_slot().register(hub.metrics());
+            engine.storage_slot().register(hub.metrics());
         }
         let hints = Arc::new(Hints::new(engine.clone(), nodes, metrics.clone()));
         if ring.len() > 1 {
@@ -210,9 +211,16 @@ impl KvStore {
     /// Reads this node's own version of `key` (internal requests), on the
     /// calling worker: a memtable or block-cache hit, or a read of a file
     /// the page cache holds, costs less than a hand-off to another thread
-    /// (docs/kv.md, "Storage calls").
+    /// (docs/kv.md, "Storage calls"). On the blocking pool instead when
+    /// another async worker is in a storage call ([`Engine::try_read_here`]).
     pub async fn local_get(&self, key: Bytes) -> Result<Option<Record>, KvError> {
-        self.inner.engine.get(&key)
+        let engine = self.inner.engine.clone();
+        match self.inner.engine.try_read_here(move || engine.get(&key)) {
+            Ok(found) => found,
+            Err(read) => tokio::task::spawn_blocking(read)
+                .await
+                .map_err(|e| KvError::Task(e.to_string()))?,
+        }
     }
 
     /// Applies a stamped record locally (internal requests): the journal
@@ -226,27 +234,29 @@ impl KvStore {
     /// reads and last-write-wins writes in order — each run of writes as
     /// one journal write ([`Engine::apply_many_unsynced`]) — then one commit
     /// for all the writes (one fsync under `sync = "always"`). A batch with
-    /// writes runs on the blocking pool when another async worker is
-    /// writing the journal ([`Engine::try_write_here`]), otherwise on the
-    /// calling worker.
+    /// writes runs on the blocking pool when another async worker is in a
+    /// storage call ([`Engine::try_write_here`], [`Engine::try_read_here`]
+    /// for a batch of reads only), otherwise on the calling worker.
     pub async fn local_batch(&self, ops: Vec<BatchOp>) -> Vec<BatchReply> {
         let engine = self.inner.engine.clone();
         let writes = ops.iter().any(|op| matches!(op, BatchOp::Put(..)));
         let count = ops.len();
-        let mut replies = if writes {
-            let e = engine.clone();
-            match engine.try_write_here(move || apply_batch(&e, ops)) {
-                Ok(replies) => replies,
-                Err(job) => match tokio::task::spawn_blocking(job).await {
-                    Ok(replies) => replies,
-                    Err(e) => {
-                        tracing::error!(error = %e, "kv: batch task failed");
-                        return (0..count).map(|_| BatchReply::Failed).collect();
-                    }
-                },
-            }
+        let e = engine.clone();
+        let job = move || apply_batch(&e, ops);
+        let here = if writes {
+            engine.try_write_here(job)
         } else {
-            apply_batch(&engine, ops)
+            engine.try_read_here(job)
+        };
+        let mut replies = match here {
+            Ok(replies) => replies,
+            Err(job) => match tokio::task::spawn_blocking(job).await {
+                Ok(replies) => replies,
+                Err(e) => {
+                    tracing::error!(error = %e, "kv: batch task failed");
+                    return (0..count).map(|_| BatchReply::Failed).collect();
+                }
+            },
         };
         if replies.contains(&BatchReply::Applied) {
             if let Err(e) = engine.commit().await {

@@ -10,9 +10,9 @@
 //! if applied one after another) and wakes the others with their own
 //! answers. Under load a group holds about as many writes as the worker had
 //! requests ready; a lone write pays one extra turn of the scheduler. The
-//! write is made on the leader's worker unless another worker is writing
-//! the journal at that moment; then it goes to the blocking pool
-//! ([`crate::journal_slot`]: fjall may hold the journal lock across an
+//! write is made on the leader's worker unless another worker is in a
+//! storage call at that moment; then it goes to the blocking pool
+//! ([`crate::storage_slot`]: fjall may hold the journal lock across an
 //! fsync, and at most one worker should wait there).
 //!
 //! Nothing hangs on a cancelled leader: if its future is dropped before the

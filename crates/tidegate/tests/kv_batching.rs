@@ -5,7 +5,9 @@
 //! a signed batch and refuses an unsigned or forged one. On one node, every
 //! concurrent client write goes to the journal through a write group
 //! (counted on `/metrics`) and is read back; with `inline_writes = true`
-//! (every worker writes the journal itself) the writes land the same.
+//! (every worker writes the journal itself) the writes land the same, and
+//! with `inline_reads = true` (every worker reads the engine itself) the
+//! reads answer the same.
 
 #[path = "kv_util.rs"]
 mod kv_util;
@@ -83,11 +85,22 @@ fn concurrent_client_writes_on_one_node_go_through_write_groups() {
     let (_, body) = nodes[0].req("GET", "/metrics", b"");
     assert!(String::from_utf8_lossy(&body).contains("tidegate_kv_journal_handoffs_total "));
     assert!(metric(&nodes[0], "tidegate_kv_journal_handoffs_total") <= groups);
+    // Reads share the slot: each client GET reads once locally, so no
+    // more read hand-offs than GETs.
+    assert!(String::from_utf8_lossy(&body).contains("tidegate_kv_read_handoffs_total "));
+    assert!(metric(&nodes[0], "tidegate_kv_read_handoffs_total") <= writes);
 }
 
 #[test]
 fn with_inline_writes_every_write_still_lands_once() {
     let nodes = started(3, "inline_writes = true\n");
+    let copies = concurrent_load(&nodes, "&ack=2&from=3");
+    assert!(copies.iter().all(|&c| c == 3), "{copies:?}");
+}
+
+#[test]
+fn with_inline_reads_every_read_still_answers() {
+    let nodes = started(3, "inline_reads = true\n");
     let copies = concurrent_load(&nodes, "&ack=2&from=3");
     assert!(copies.iter().all(|&c| c == 3), "{copies:?}");
 }
