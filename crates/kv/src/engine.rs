@@ -47,6 +47,30 @@ const MAINTENANCE_TICK: Duration = Duration::from_millis(50);
 /// (moving the purge into a compaction filter would make it free).
 const MAX_PURGE_INTERVAL: Duration = Duration::from_secs(3600);
 
+/// Bytes a memtable of the data keyspace holds before it is flushed, on a
+/// node alone (fjall's own default).
+pub const BASE_MEMTABLE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Sizes of the engine's memory, fixed when it opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineSizes {
+    /// Bytes of the block cache.
+    pub cache_bytes: u64,
+    /// Bytes a memtable of the data keyspace holds before it is flushed.
+    /// Applies when the data directory is created: fjall keeps a
+    /// keyspace's options from its creation.
+    pub memtable_bytes: u64,
+}
+
+impl Default for EngineSizes {
+    fn default() -> Self {
+        EngineSizes {
+            cache_bytes: DEFAULT_CACHE_MB * 1024 * 1024,
+            memtable_bytes: BASE_MEMTABLE_BYTES,
+        }
+    }
+}
+
 /// Fewest flush and compaction threads the engine runs with.
 ///
 /// fjall keeps its worker 0 for flushes: when it is handed a compaction
@@ -107,18 +131,13 @@ pub struct Engine {
 
 impl Engine {
     /// Opens (creating when missing) the engine in `dir`, with the default
-    /// block cache.
+    /// sizes.
     pub fn open(dir: &Path, sync: SyncPolicy) -> Result<Self, KvError> {
-        Self::open_with_cache(dir, sync, DEFAULT_CACHE_MB * 1024 * 1024)
+        Self::open_with(dir, sync, EngineSizes::default())
     }
 
-    /// Opens (creating when missing) the engine in `dir`, its block cache
-    /// holding up to `cache_bytes`.
-    pub fn open_with_cache(
-        dir: &Path,
-        sync: SyncPolicy,
-        cache_bytes: u64,
-    ) -> Result<Self, KvError> {
+    /// Opens (creating when missing) the engine in `dir` with `sizes`.
+    pub fn open_with(dir: &Path, sync: SyncPolicy, sizes: EngineSizes) -> Result<Self, KvError> {
         std::fs::create_dir_all(dir).map_err(|source| KvError::DataDir {
             path: dir.display().to_string(),
             source,
@@ -128,11 +147,13 @@ impl Engine {
         let manual = sync == SyncPolicy::None;
         let db = Database::builder(dir)
             .worker_threads(storage_workers(available_cores()))
-            .cache_size(cache_bytes)
+            .cache_size(sizes.cache_bytes)
             .manual_journal_persist(manual)
             .open()?;
         let data = db.keyspace(KEYSPACE, || {
-            KeyspaceCreateOptions::default().manual_journal_persist(manual)
+            KeyspaceCreateOptions::default()
+                .manual_journal_persist(manual)
+                .max_memtable_size(sizes.memtable_bytes)
         })?;
         let hints = db.keyspace(HINTS_KEYSPACE, || {
             KeyspaceCreateOptions::default().manual_journal_persist(manual)
