@@ -6,7 +6,8 @@
 //!
 //! Calls block on disk I/O (briefly, for data the page cache holds); async
 //! callers make them inline on their worker rather than on the blocking
-//! pool (docs/kv.md, "Storage calls run on the calling worker"). Not for:
+//! pool (docs/kv.md, "Storage calls run on the calling worker"), unless
+//! another worker is in a storage call ([`crate::storage_slot`]). Not for:
 //! replication or timestamps (the coordinator stamps records before they
 //! get here).
 

@@ -84,7 +84,7 @@ impl KvStore {
         };
         let sizes = EngineSizes {
             cache_bytes: config.cache_mb * 1024 * 1024,
-            memtable_bytes: memtable_bytes(ring.self_index(), ring.len()),
+            memtable_bytes: memtable_bytes(sorted_place(config), ring.len()),
         };
         let engine = Arc::new(
             Engine::open_with(&config.data_dir, config.sync, sizes)?
@@ -566,23 +566,32 @@ impl Drop for Unfinished {
     }
 }
 
-/// The memtable size of the node at `index` of `nodes`: fjall's 64 MiB on
-/// the first node (and on a node alone), up to half as much again on the
-/// last, evenly spread.
+/// The memtable size of the node at `index` of `nodes` (its place among
+/// the node URLs sorted, so each node's own order of the list does not
+/// matter): fjall's 64 MiB on the first node (and on a node alone), less
+/// than half as much again on the last, evenly spread.
 ///
 /// Replicas of the same keys take the same writes, so with equal memtables
 /// they fill and flush at the same moments, and each flush stalls its
 /// node's writes for an fsync (fjall's journal, lsm-tree's version file):
 /// `ack = 2` of 3 could not route around a stall that every replica has at
 /// once. With different sizes the flushes drift apart. Measured at 20,000
-/// PUT/s on three nodes: p90 3.7–8.7 ms against 9.6–113 ms (BENCHMARKS.md,
-/// "Replicas flush at different moments").
+/// PUT/s on three nodes: p90 lower in 6 of 6 alternated pairs
+/// (BENCHMARKS.md, "Replicas flush at different moments").
 fn memtable_bytes(index: usize, nodes: usize) -> u64 {
     if nodes <= 1 {
         return BASE_MEMTABLE_BYTES;
     }
     let extra = BASE_MEMTABLE_BYTES / 2 * index.min(nodes - 1) as u64 / nodes as u64;
     BASE_MEMTABLE_BYTES + extra
+}
+
+/// This node's place among the `nodes` URLs sorted (0 for a node alone).
+fn sorted_place(config: &KvConfig) -> usize {
+    let Some(me) = &config.self_url else { return 0 };
+    let mut nodes: Vec<&String> = config.nodes.iter().collect();
+    nodes.sort();
+    nodes.iter().position(|n| *n == me).unwrap_or(0)
 }
 
 /// The last-write-wins winner of `records`.
@@ -608,5 +617,23 @@ mod tests {
         }
         // An index past the list (a node not in `nodes`) stays in range.
         assert!(memtable_bytes(99, 3) < BASE_MEMTABLE_BYTES * 3 / 2);
+    }
+
+    #[test]
+    fn a_node_s_place_does_not_depend_on_the_order_it_lists_the_nodes_in() {
+        let urls = ["http://b:1", "http://a:1", "http://c:1"];
+        let place = |me: &str, order: [usize; 3]| {
+            sorted_place(&KvConfig {
+                self_url: Some(me.to_owned()),
+                nodes: order.iter().map(|&i| urls[i].to_owned()).collect(),
+                ..KvConfig::default()
+            })
+        };
+        for me in urls {
+            assert_eq!(place(me, [0, 1, 2]), place(me, [2, 0, 1]), "{me}");
+        }
+        assert_eq!(place("http://a:1", [0, 1, 2]), 0);
+        assert_eq!(place("http://c:1", [1, 2, 0]), 2);
+        assert_eq!(sorted_place(&KvConfig::default()), 0);
     }
 }

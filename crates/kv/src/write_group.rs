@@ -175,7 +175,7 @@ enum LeaderState {
 
 impl Leader<'_> {
     /// Closes the group, has it written and wakes its members. The write
-    /// is made here unless another async worker is writing the journal
+    /// is made here unless another async worker is in a storage call
     /// ([`Engine::try_write_here`]); then it goes to the blocking pool and
     /// this task awaits it, so the members are still woken from a worker.
     async fn finish(&mut self) {
@@ -357,7 +357,7 @@ mod tests {
     async fn a_leader_dropped_while_the_blocking_pool_writes_its_group_still_wakes_members() {
         let (_dir, e) = engine();
         let (mut leader, member) = leader_and_member(&e).await;
-        // Polled again while "another worker" writes the journal: the group
+        // Polled again while "another worker" holds the storage slot: the group
         // goes to the blocking pool and the leader awaits it.
         let second = std::future::poll_fn(|cx| {
             let polled = e.try_write_here(|| leader.as_mut().poll(cx));

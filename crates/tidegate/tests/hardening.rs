@@ -13,10 +13,14 @@ use std::time::{Duration, Instant};
 use common::{free_addr, free_addrs, serve, EXE};
 
 /// Every listener on a free port, `extra` appended. The four ports are
-/// picked together and differ from `http` (picked one by one, two once
-/// came out the same).
+/// picked together (picked one by one, two once came out the same) and
+/// differ from `http` and from any address named in `extra` (a dead
+/// broker picked earlier).
 fn config_on_free_ports(http: SocketAddr, extra: &str) -> String {
-    let ports: Vec<SocketAddr> = free_addrs(5).into_iter().filter(|a| *a != http).collect();
+    let ports: Vec<SocketAddr> = free_addrs(6)
+        .into_iter()
+        .filter(|a| *a != http && !extra.contains(&a.to_string()))
+        .collect();
     format!(
         "[http]\nlisten = \"{http}\"\n[wire]\nlisten = \"{}\"\n[sockperf]\nlisten = \"{}\"\n[forward]\nlisten = \"{}\"\n[s2s]\nlisten = \"{}\"\n{extra}",
         ports[0], ports[1], ports[2], ports[3]
