@@ -46,7 +46,7 @@ pub struct ServerUnderTest {
 pub const SERVER_EXE_ENV: &str = "TIDEGATE_BENCH_SERVER";
 
 /// The server binary: `$TIDEGATE_BENCH_SERVER`, else this executable.
-fn server_exe() -> anyhow::Result<std::path::PathBuf> {
+pub fn server_exe() -> anyhow::Result<std::path::PathBuf> {
     match std::env::var_os(SERVER_EXE_ENV) {
         Some(p) if !p.is_empty() => Ok(p.into()),
         _ => std::env::current_exe().context("locating the tidegate executable"),

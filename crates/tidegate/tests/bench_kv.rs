@@ -193,3 +193,27 @@ fn the_bench_starts_its_own_cluster_fills_it_searches_a_rate_and_runs_the_nginx_
         "{v}"
     );
 }
+
+#[test]
+fn a_local_cluster_runs_the_server_binary_named_by_the_environment() {
+    // `TIDEGATE_BENCH_SERVER` names the server build a same-command
+    // comparison runs; `--nodes` once ignored it and ran this binary.
+    let missing = "/nonexistent/tidegate-under-test";
+    let out = std::process::Command::new(common::EXE)
+        .args([
+            "bench",
+            "kv",
+            "--nodes",
+            "1",
+            "--duration",
+            "0.2",
+            "--warmup",
+            "0",
+        ])
+        .env("TIDEGATE_BENCH_SERVER", missing)
+        .output()
+        .expect("run tidegate bench");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("starting `tidegate serve`"), "{stderr}");
+}

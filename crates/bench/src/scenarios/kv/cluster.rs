@@ -77,7 +77,9 @@ impl Cluster {
             .map(|a| format!("\"http://{a}\""))
             .collect::<Vec<_>>()
             .join(", ");
-        let exe = std::env::current_exe().context("locating the tidegate executable")?;
+        // The same binary as every other bench's server under test, so
+        // `TIDEGATE_BENCH_SERVER` compares one client against two builds.
+        let exe = crate::server::server_exe()?;
         for (i, addr) in addrs.iter().enumerate() {
             let config = node_config(*addr, &list, &cluster.dir.join(format!("data{i}")), spec);
             let path = cluster.dir.join(format!("node{i}.toml"));
