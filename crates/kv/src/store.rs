@@ -219,12 +219,9 @@ impl KvStore {
     /// another async worker is in a storage call ([`Engine::try_read_here`]).
     pub async fn local_get(&self, key: Bytes) -> Result<Option<Record>, KvError> {
         let engine = self.inner.engine.clone();
-        match self.inner.engine.try_read_here(move || engine.get(&key)) {
-            Ok(found) => found,
-            Err(read) => tokio::task::spawn_blocking(read)
-                .await
-                .map_err(|e| KvError::Task(e.to_string()))?,
-        }
+        here_or_blocking(self.inner.engine.try_read_here(move || engine.get(&key)))
+            .await
+            .map_err(|e| KvError::Task(e.to_string()))?
     }
 
     /// Applies a stamped record locally (internal requests): the journal
@@ -237,10 +234,10 @@ impl KvStore {
     /// A coordinator's batch ([`crate::batch`]) on this node's own data:
     /// reads and last-write-wins writes in order — each run of writes as
     /// one journal write ([`Engine::apply_many_unsynced`]) — then one commit
-    /// for all the writes (one fsync under `sync = "always"`). A batch with
-    /// writes runs on the blocking pool when another async worker is in a
+    /// for all the writes (one fsync under `sync = "always"`). The batch
+    /// runs on the calling worker unless another async worker is in a
     /// storage call ([`Engine::try_write_here`], [`Engine::try_read_here`]
-    /// for a batch of reads only), otherwise on the calling worker.
+    /// for a batch of reads only); then on the blocking pool.
     pub async fn local_batch(&self, ops: Vec<BatchOp>) -> Vec<BatchReply> {
         let engine = self.inner.engine.clone();
         let writes = ops.iter().any(|op| matches!(op, BatchOp::Put(..)));
@@ -252,15 +249,12 @@ impl KvStore {
         } else {
             engine.try_read_here(job)
         };
-        let mut replies = match here {
+        let mut replies = match here_or_blocking(here).await {
             Ok(replies) => replies,
-            Err(job) => match tokio::task::spawn_blocking(job).await {
-                Ok(replies) => replies,
-                Err(e) => {
-                    tracing::error!(error = %e, "kv: batch task failed");
-                    return (0..count).map(|_| BatchReply::Failed).collect();
-                }
-            },
+            Err(e) => {
+                tracing::error!(error = %e, "kv: batch task failed");
+                return (0..count).map(|_| BatchReply::Failed).collect();
+            }
         };
         if replies.contains(&BatchReply::Applied) {
             if let Err(e) = engine.commit().await {
@@ -563,6 +557,20 @@ impl Drop for Unfinished {
                 &runtime,
             );
         }
+    }
+}
+
+/// What a storage call made on this worker returned (`Ok`), or the call it
+/// gave back ([`Engine::try_read_here`], [`Engine::try_write_here`]) run
+/// on the blocking pool and awaited.
+async fn here_or_blocking<T, F>(here: Result<T, F>) -> Result<T, tokio::task::JoinError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    match here {
+        Ok(done) => Ok(done),
+        Err(call) => tokio::task::spawn_blocking(call).await,
     }
 }
 

@@ -10,7 +10,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{free_addr, free_addrs, serve, EXE};
+use common::{free_addr, free_addrs, free_ports, serve, EXE};
 
 /// Every listener on a free port, `extra` appended. The four ports are
 /// picked together (picked one by one, two once came out the same) and
@@ -64,9 +64,7 @@ fn wait_for_http(addr: SocketAddr, served: &common::Served) {
 #[test]
 fn missing_tls_files_stop_start_up_before_any_port_opens() {
     let dir = tempfile::tempdir().unwrap();
-    let [forward, s2s] = free_addrs(2)[..] else {
-        unreachable!()
-    };
+    let [forward, s2s] = free_ports();
     let text = format!(
         "[http]\nenabled = false\n[wire]\nenabled = false\n[sockperf]\nenabled = false\n[forward]\nlisten = \"{forward}\"\n[s2s]\nlisten = \"{s2s}\"\n[s2s.tls]\ncert = \"/nonexistent/s2s-cert.pem\"\nkey = \"/nonexistent/s2s-key.pem\"\nclient_ca = \"/nonexistent/ca.pem\"\n"
     );
@@ -193,9 +191,7 @@ fn config_prints_values_from_the_environment_with_secrets_redacted() {
 #[test]
 fn health_is_live_and_ready_names_what_is_not_ready() {
     // A Kafka sink whose broker does not exist: live, but not ready.
-    let [http, dead_broker] = free_addrs(2)[..] else {
-        unreachable!()
-    };
+    let [http, dead_broker] = free_ports();
     let served = serve(&config_on_free_ports(
         http,
         &format!("[sinks.kafka]\nbrokers = \"{dead_broker}\"\n"),

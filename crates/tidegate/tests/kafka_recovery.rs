@@ -20,7 +20,7 @@ mod common;
 #[path = "common/fluency.rs"]
 mod fluency;
 
-use common::{free_addrs, Served};
+use common::{free_ports, Served};
 use fluency::{fluency, fluency_done, missing_seqs, read_back, seq_counts};
 
 /// The allowed topic Fluency's tag `logs.fluency` maps to.
@@ -103,9 +103,7 @@ async fn a_broker_restarted_mid_load_loses_no_record_fluency_was_acknowledged_fo
         .unwrap()
         .expect("start a dedicated broker (run scripts/setup/kafka.sh)");
     let bootstrap = broker.bootstrap();
-    let [forward, http] = free_addrs(2)[..] else {
-        unreachable!()
-    };
+    let [forward, http] = free_ports();
     let mut served = serve(forward, http, &bootstrap);
     http_until(
         http,

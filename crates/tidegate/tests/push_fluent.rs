@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{free_addrs, serve};
+use common::{free_ports, serve};
 
 fn js_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../push/tests/js")
@@ -31,9 +31,7 @@ fn wait_port(addr: std::net::SocketAddr) {
 
 #[test]
 fn a_fluent_logger_record_reaches_a_socket_io_client_subscriber() {
-    let [http, forward] = free_addrs(2)[..] else {
-        unreachable!()
-    };
+    let [http, forward] = free_ports();
     let served = serve(&format!(
         "[http]\nlisten = \"{http}\"\n[forward]\nlisten = \"{forward}\"\nudp_heartbeat = false\n\
          [wire]\nenabled = false\n[sockperf]\nenabled = false\n[s2s]\nenabled = false\n"

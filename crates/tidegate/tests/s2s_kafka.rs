@@ -18,7 +18,7 @@ use tidegate_s2s::codec::DataPacket;
 
 mod common;
 
-use common::{free_addrs, Served};
+use common::{free_ports, Served};
 
 const PER_TX: usize = 10;
 /// Transactions finished before the kill (the stream goes on past it).
@@ -53,9 +53,7 @@ fn packet(tx: usize, i: usize) -> DataPacket {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_after_transaction_finished_loses_nothing_finished() {
     let broker = TestBroker::shared().expect("start the test broker (run scripts/setup/kafka.sh)");
-    let [http, raw] = free_addrs(2)[..] else {
-        unreachable!()
-    };
+    let [http, raw] = free_ports();
     let kafka_topic = format!("s2s_kill9_{}", std::process::id());
     let mut served = serve(http, raw, &broker.bootstrap(), &kafka_topic);
 

@@ -16,7 +16,7 @@ use tidegate_s2s::tls::ClientTls;
 
 mod common;
 
-use common::{free_addrs, Served};
+use common::{free_ports, Served};
 
 fn tls_block(section: &str, pki: &TestPki) -> String {
     let p = |n: &str| pki.path(n).display().to_string();
@@ -89,9 +89,7 @@ async fn through_tls(transport: &str) {
     let pki = TestPki::generate().unwrap();
     let tls = ClientTls::new(pki.client_config(true).unwrap());
     // All four picked together: separate picks can return one port twice.
-    let [r_http, r_raw, s_http, s_raw] = free_addrs(4)[..] else {
-        unreachable!()
-    };
+    let [r_http, r_raw, s_http, s_raw] = free_ports();
     let mut recv = receiver(r_http, r_raw, &pki);
     discovered(r_http, Some(&tls), &mut recv).await;
     let mut send = sender(s_http, s_raw, r_http, transport, &pki);

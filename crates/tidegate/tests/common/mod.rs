@@ -28,6 +28,13 @@ pub fn free_addrs(n: usize) -> Vec<SocketAddr> {
     held.iter().map(|l| l.local_addr().unwrap()).collect()
 }
 
+/// [`free_addrs`] as an array, for `let [http, wire] = free_ports();`.
+pub fn free_ports<const N: usize>() -> [SocketAddr; N] {
+    free_addrs(N)
+        .try_into()
+        .expect("free_addrs returns N addresses")
+}
+
 /// A `tidegate serve` child, killed with SIGKILL when dropped; its config and
 /// log (`serve.log`) live in `dir`.
 pub struct Served {
