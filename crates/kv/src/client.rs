@@ -6,19 +6,13 @@
 //!
 //! With batching on (`[kv] replica_batching`, the default), [`ReplicaClient::put`]
 //! and [`ReplicaClient::get`] do not send a request each: they queue the
-//! operation for its peer, and one task per peer sends whatever has queued
-//! as one signed `PUT` [`BATCH_PATH`] ([`crate::batch`]), with at most
-//! [`BATCHES_IN_FLIGHT`] batches in flight per peer. Nothing waits on a
-//! timer for a batch to fill: a lone write leaves once the sending task has
-//! let the other tasks ready at that moment run (one yield, so writes of
-//! the same scheduler tick share a batch), and writes that arrive while
-//! the batches are in flight leave together in the next — one HTTP exchange
-//! (and one fsync on the replica under `sync = "always"`) for many keys.
-//! The per-peer queue is bounded; a full queue makes callers wait. A batch
-//! unanswered after the batch timeout (the coordinator's replica timeout)
-//! fails and frees its slot, so a peer that stopped answering without
-//! closing its connections (SIGSTOP, a partition) does not hold the queue
-//! after it is back.
+//! operation for its peer, and one task per peer ([`crate::batch_sender`])
+//! sends whatever has queued as one signed `PUT` [`BATCH_PATH`]
+//! ([`crate::batch`]) on connections of its own. Nothing waits on a timer
+//! for a batch to fill: a lone write leaves at once, and writes that arrive
+//! while batches are in flight leave together in the next — one HTTP
+//! exchange (and one fsync on the replica under `sync = "always"`) for many
+//! keys. The per-peer queue is bounded; a full queue makes callers wait.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,10 +26,11 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use parking_lot::Mutex;
 use thiserror::Error;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::auth;
-use crate::batch::{self, BatchOp, BatchReply, MAX_BATCH_OPS};
+use crate::batch::{BatchOp, BatchReply};
+use crate::batch_sender::{self, Peer, Queued};
 use crate::record::{Record, RecordError};
 
 /// Path of the internal, replica-local entity endpoint. Requests there are
@@ -51,16 +46,8 @@ const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const BATCH_PATH: &str = "/v0/internal/batch";
 /// Operations queued per peer before callers wait.
 const PEER_QUEUE: usize = 8192;
-/// Batches in flight per peer; operations arriving meanwhile form the next.
-/// Two rather than four: fewer, larger batches cost less CPU per write
-/// (3 nodes, ack 2/3, closed loop: +6 % PUT/s at 7 % less CPU per request,
-/// BENCHMARKS.md, kv), and a second slot still lets a batch leave while a
-/// slow one is answered.
-pub const BATCHES_IN_FLIGHT: usize = 2;
 /// Default longest wait for a batch's answer ([`ReplicaClient::with_batch_timeout`]).
 pub const DEFAULT_BATCH_TIMEOUT: Duration = Duration::from_secs(3);
-/// Most value bytes in one batch (a batch also stops at [`MAX_BATCH_OPS`]).
-const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
 
 /// An internal request failed.
 #[derive(Debug, Error)]
@@ -104,13 +91,6 @@ pub struct ReplicaClient {
 
 /// Each peer's batch queue, by URL.
 type PeerQueues = HashMap<String, mpsc::Sender<Queued>>;
-
-/// An operation waiting in a peer's queue, and where its answer goes.
-struct Queued {
-    op: BatchOp,
-    size: usize,
-    done: oneshot::Sender<Result<BatchReply, ReplicaError>>,
-}
 
 impl ReplicaClient {
     /// A client signing with `secret`.
@@ -156,11 +136,18 @@ impl ReplicaClient {
             return Some(tx.clone());
         }
         let (tx, rx) = mpsc::channel(PEER_QUEUE);
-        let unbatched = ReplicaClient {
-            batchers: None,
-            ..self.clone()
+        let authority = node
+            .parse::<hyper::Uri>()
+            .ok()
+            .and_then(|u| u.authority().map(|a| a.to_string()))
+            .unwrap_or_else(|| node.trim_start_matches("http://").to_owned());
+        let peer = Peer {
+            url: node.to_owned(),
+            authority,
+            secret: self.secret.clone(),
+            timeout: self.batch_timeout,
         };
-        tokio::spawn(send_batches(unbatched, node.to_owned(), rx));
+        tokio::spawn(batch_sender::run(peer, rx));
         map.insert(node.to_owned(), tx.clone());
         Some(tx)
     }
@@ -185,34 +172,6 @@ impl ReplicaClient {
             .await
             .map_err(|_| gone())?;
         answer.await.map_err(|_| gone())?
-    }
-
-    /// Sends one batch to `node` and returns a reply per operation.
-    async fn send_batch(
-        &self,
-        node: &str,
-        ops: &[BatchOp],
-    ) -> Result<Vec<BatchReply>, ReplicaError> {
-        let (status, body) = self
-            .send_path(node, Method::PUT, BATCH_PATH, batch::encode_ops(ops))
-            .await?;
-        if status != StatusCode::OK {
-            return Err(ReplicaError::Status {
-                node: node.to_owned(),
-                status,
-            });
-        }
-        let replies = batch::decode_replies(body).map_err(|e| ReplicaError::Transport {
-            node: node.to_owned(),
-            message: format!("bad batch reply: {e}"),
-        })?;
-        if replies.len() != ops.len() {
-            return Err(ReplicaError::Transport {
-                node: node.to_owned(),
-                message: format!("{} replies to {} operations", replies.len(), ops.len()),
-            });
-        }
-        Ok(replies)
     }
 
     /// Sends a signed internal request for `path` (with its query) to
@@ -328,72 +287,6 @@ impl ReplicaClient {
     }
 }
 
-/// The sending task of one peer: takes whatever has queued (up to the
-/// batch limits) as soon as one of [`BATCHES_IN_FLIGHT`] slots is free,
-/// sends it, and hands each caller its reply (or the batch's error).
-async fn send_batches(client: ReplicaClient, node: String, mut rx: mpsc::Receiver<Queued>) {
-    let slots = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
-    loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let Some(first) = rx.recv().await else {
-            return;
-        };
-        let mut bytes = first.size;
-        let mut queued = vec![first];
-        // When the queue runs dry, step back once before sending: the task
-        // that queued `first` woke this one into its worker's next slot,
-        // ahead of the other requests that are ready in the same tick, and
-        // whose writes would otherwise each make a batch of their own.
-        let mut yielded = false;
-        while queued.len() < MAX_BATCH_OPS && bytes < MAX_BATCH_BYTES {
-            match rx.try_recv() {
-                Ok(q) => {
-                    bytes += q.size;
-                    queued.push(q);
-                }
-                Err(_) if !yielded => {
-                    yielded = true;
-                    tokio::task::yield_now().await;
-                }
-                Err(_) => break,
-            }
-        }
-        let (client, node) = (client.clone(), node.clone());
-        tokio::spawn(async move {
-            let _slot = slot;
-            let (ops, dones): (Vec<_>, Vec<_>) = queued.into_iter().map(|q| (q.op, q.done)).unzip();
-            let sent = tokio::time::timeout(client.batch_timeout, client.send_batch(&node, &ops));
-            let answer = sent.await.unwrap_or_else(|_| {
-                Err(ReplicaError::Transport {
-                    node: node.clone(),
-                    message: format!(
-                        "no answer to a batch in {} ms",
-                        client.batch_timeout.as_millis()
-                    ),
-                })
-            });
-            match answer {
-                Ok(replies) => {
-                    for (done, reply) in dones.into_iter().zip(replies) {
-                        let _ = done.send(Ok(reply));
-                    }
-                }
-                Err(e) => {
-                    let message = e.to_string();
-                    for done in dones {
-                        let _ = done.send(Err(ReplicaError::Transport {
-                            node: node.clone(),
-                            message: message.clone(),
-                        }));
-                    }
-                }
-            }
-        });
-    }
-}
-
 /// Percent-encodes every byte but the URL-unreserved ones.
 pub fn percent_encode(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len());
@@ -435,7 +328,7 @@ mod tests {
         let record = Record::value(1, Bytes::from_static(b"v"));
         // More writes than slots, one after another: each must fail on its
         // batch's own timeout, none wait behind a batch that never ends.
-        for i in 0..(BATCHES_IN_FLIGHT + 2) {
+        for i in 0..(batch_sender::BATCHES_IN_FLIGHT + 2) {
             let key = format!("k{i}");
             let started = std::time::Instant::now();
             let r = tokio::time::timeout(
@@ -447,6 +340,87 @@ mod tests {
             assert!(r.is_err(), "write {i}");
             assert!(started.elapsed() < Duration::from_secs(1), "write {i}");
         }
+        held.abort();
+    }
+
+    /// A peer that answers the first batch on each connection and closes
+    /// the connection, unanswered, when a second request arrives on it —
+    /// the race of a keep-alive connection closed by its server just as a
+    /// request leaves. Returns its URL and how many requests it answered.
+    async fn one_answer_per_connection_peer() -> (
+        String,
+        Arc<std::sync::atomic::AtomicUsize>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = answered.clone();
+        let held = tokio::spawn(async move {
+            while let Ok((mut c, _)) = listener.accept().await {
+                let count = count.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    // One whole request: headers, then Content-Length bytes.
+                    let (head_end, len) = loop {
+                        let n = c.read(&mut chunk).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&buf[..i]).to_lowercase();
+                            let len = head
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:"))
+                                .map(|v| v.trim().parse::<usize>().unwrap())
+                                .unwrap_or(0);
+                            break (i + 4, len);
+                        }
+                    };
+                    while buf.len() < head_end + len {
+                        let n = c.read(&mut chunk).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                    }
+                    let body = Bytes::copy_from_slice(&buf[head_end..head_end + len]);
+                    let ops = crate::batch::decode_ops(body).unwrap();
+                    let replies =
+                        crate::batch::encode_replies(&vec![BatchReply::Applied; ops.len()]);
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n",
+                        replies.len()
+                    );
+                    c.write_all(head.as_bytes()).await.unwrap();
+                    c.write_all(&replies).await.unwrap();
+                    count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    // The next request on this connection is never answered.
+                    let _ = c.read(&mut chunk).await;
+                });
+            }
+        });
+        (url, answered, held)
+    }
+
+    #[tokio::test]
+    async fn a_batch_on_a_connection_the_peer_closed_is_sent_again_on_a_fresh_one() {
+        let (peer, answered, held) = one_answer_per_connection_peer().await;
+        let client = ReplicaClient::new(Bytes::from_static(b"secret"))
+            .with_batching(true)
+            .with_batch_timeout(Duration::from_secs(2));
+        let record = Record::value(1, Bytes::from_static(b"v"));
+        for i in 0..6 {
+            let key = format!("k{i}");
+            client
+                .put(&peer, key.as_bytes(), &record)
+                .await
+                .unwrap_or_else(|e| panic!("write {i}: {e}"));
+        }
+        assert_eq!(answered.load(std::sync::atomic::Ordering::SeqCst), 6);
         held.abort();
     }
 }

@@ -7,7 +7,8 @@
 //! nodes), [`engine`] (the local fjall store, last-write-wins), [`commit`]
 //! (group commit of `sync = "always"`), [`ring`] (rendezvous hashing),
 //! [`auth`] (HMAC on internal requests), [`client`] (pooled HTTP to peers,
-//! batched per destination), [`batch`] (the replica batch format), [`store`] (the coordinator: fan-out, quorum,
+//! batched per destination), [`batch`] (the replica batch format),
+//! [`batch_sender`] (each peer's batch sending task), [`store`] (the coordinator: fan-out, quorum,
 //! read repair), [`hints`] (hinted handoff), [`merkle`] (hash trees over
 //! key ranges), [`entry_stream`] (the format ranges are streamed in),
 //! [`anti_entropy`] (tree exchanges with peers), [`metrics`] (counters),
@@ -19,6 +20,7 @@ pub mod anti_entropy;
 pub mod api;
 pub mod auth;
 pub mod batch;
+pub mod batch_sender;
 pub mod client;
 pub mod commit;
 pub mod config;
