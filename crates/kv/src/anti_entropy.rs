@@ -47,6 +47,7 @@ use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Limited};
 use hyper::{Method, StatusCode};
 
+use crate::background;
 use crate::client::{percent_encode, ReplicaClient, MAX_RECORD_RESPONSE_BYTES};
 use crate::engine::{now_ns, Engine};
 use crate::entry_stream::{encode_entry, EntryDecoder};
@@ -201,14 +202,14 @@ impl AntiEntropy {
         }
     }
 
-    /// Builds our trees of the records stamped before `horizon` (on the
-    /// blocking pool).
+    /// Builds our trees of the records stamped before `horizon` (a scan at
+    /// the lowest priority, [`crate::background`]).
     async fn build(&self, horizon: u64) -> Result<Arc<Vec<MerkleTree>>, KvError> {
         let (engine, ring, grace_ns) = (self.engine.clone(), self.ring.clone(), self.grace_ns);
-        let trees =
-            tokio::task::spawn_blocking(move || build_trees(&engine, &ring, grace_ns, horizon))
-                .await
-                .map_err(|e| KvError::Task(e.to_string()))??;
+        let trees = background::spawn_scan("kv-ae-tree", move || {
+            build_trees(&engine, &ring, grace_ns, horizon)
+        })
+        .await??;
         Ok(Arc::new(trees))
     }
 
@@ -237,9 +238,9 @@ impl AntiEntropy {
     }
 
     /// Serves an entries request: our records in `leaves` that `peer`
-    /// shares, as a stream of chunks of frames. The scan runs on the
-    /// blocking pool and waits for the socket (a bounded channel); a peer
-    /// that goes away ends it.
+    /// shares, as a stream of chunks of frames. The scan runs at the lowest
+    /// priority ([`crate::background`]) and waits for the socket (a bounded
+    /// channel); a peer that goes away ends it.
     pub fn entries_for(
         &self,
         peer: usize,
@@ -248,7 +249,9 @@ impl AntiEntropy {
         let (tx, rx) = tokio::sync::mpsc::channel(STREAM_CHANNEL_CHUNKS);
         let wanted = leaf_set(leaves);
         let (engine, ring, grace_ns) = (self.engine.clone(), self.ring.clone(), self.grace_ns);
-        tokio::task::spawn_blocking(move || {
+        let scan_tx = tx.clone();
+        let spawned = background::spawn_scan_thread("kv-ae-entries", move || {
+            let tx = scan_tx;
             let cutoff = now_ns().saturating_sub(grace_ns);
             let mut chunk = BytesMut::new();
             for entry in engine.records() {
@@ -276,6 +279,11 @@ impl AntiEntropy {
                 let _ = tx.blocking_send(Ok(chunk.freeze()));
             }
         });
+        if let Err(e) = spawned {
+            // The stream must not end as if complete: the error is its
+            // only item (the channel is empty, so there is room).
+            let _ = tx.try_send(Err(KvError::Task(format!("spawning a scan thread: {e}"))));
+        }
         rx
     }
 

@@ -41,7 +41,7 @@ const META_KEYSPACE: &str = "meta";
 /// Locks that make a read-compare-write of one key atomic; a key takes the
 /// stripe of its hash, so unrelated keys rarely wait on each other.
 const LOCK_STRIPES: usize = 256;
-/// Longest sleep of the maintenance thread, so it notices a stop quickly.
+/// Longest sleep of the maintenance threads, so they notice a stop quickly.
 const MAINTENANCE_TICK: Duration = Duration::from_millis(50);
 /// Longest time between two tombstone purge passes. A pass reads the whole
 /// keyspace, so with the default 10-day grace it runs hourly, not more
@@ -183,55 +183,66 @@ impl Engine {
         })
     }
 
-    /// Starts the thread that fsyncs on `interval_ms:N` (and writes the
-    /// journal back in between, [`crate::writeback`]) and purges
-    /// tombstones older than `tombstone_grace`. It ends when the engine is
-    /// dropped.
+    /// Starts the engine's two maintenance threads, which end when the
+    /// engine is dropped: one fsyncs on `interval_ms:N` (and writes the
+    /// journal back in between, [`crate::writeback`]); the other purges
+    /// tombstones older than `tombstone_grace`. Apart, because a purge
+    /// scans the whole store: on the syncing thread it held back the
+    /// periodic fsync for as long as the scan took, and with it the bound
+    /// on what a crash may lose.
     pub fn start_maintenance(self: &Arc<Self>, tombstone_grace: Duration) {
-        let weak = Arc::downgrade(self);
-        let stop = self.stop.clone();
-        let sync_every = match self.sync {
-            SyncPolicy::IntervalMs(n) => Some(Duration::from_millis(n)),
-            _ => None,
-        };
-        let purge_every = (tombstone_grace / 2).clamp(MAINTENANCE_TICK, MAX_PURGE_INTERVAL);
-        std::thread::Builder::new()
-            .name("kv-maintenance".into())
-            .spawn(move || {
-                let (mut since_sync, mut since_purge) = (Duration::ZERO, Duration::ZERO);
-                let mut since_writeback = Duration::ZERO;
-                while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(MAINTENANCE_TICK);
-                    since_sync += MAINTENANCE_TICK;
-                    since_purge += MAINTENANCE_TICK;
-                    since_writeback += MAINTENANCE_TICK;
-                    let Some(engine) = weak.upgrade() else { return };
-                    if sync_every.is_some_and(|every| every > WRITEBACK_EVERY)
-                        && since_writeback >= WRITEBACK_EVERY
-                    {
-                        since_writeback = Duration::ZERO;
-                        if let Err(e) = writeback::sync_journal_files(&engine.dir) {
-                            tracing::debug!(error = %e, "kv: journal writeback failed");
-                        }
-                    }
-                    if sync_every.is_some_and(|every| since_sync >= every) {
-                        since_sync = Duration::ZERO;
-                        if let Err(e) = engine.db.persist(PersistMode::SyncData) {
-                            tracing::error!(error = %e, "kv: periodic fsync failed");
-                        }
-                    }
-                    if since_purge >= purge_every {
-                        since_purge = Duration::ZERO;
-                        let cutoff = now_ns().saturating_sub(tombstone_grace.as_nanos() as u64);
-                        match engine.purge(cutoff) {
-                            Ok(0) => {}
-                            Ok(n) => tracing::debug!(purged = n, "kv: dead records purged"),
-                            Err(e) => tracing::error!(error = %e, "kv: tombstone purge failed"),
-                        }
+        if let SyncPolicy::IntervalMs(n) = self.sync {
+            let every = Duration::from_millis(n);
+            let (mut since_sync, mut since_writeback) = (Duration::ZERO, Duration::ZERO);
+            self.every_tick("kv-sync", move |engine| {
+                since_sync += MAINTENANCE_TICK;
+                since_writeback += MAINTENANCE_TICK;
+                if every > WRITEBACK_EVERY && since_writeback >= WRITEBACK_EVERY {
+                    since_writeback = Duration::ZERO;
+                    if let Err(e) = writeback::sync_journal_files(&engine.dir) {
+                        tracing::debug!(error = %e, "kv: journal writeback failed");
                     }
                 }
+                if since_sync >= every {
+                    since_sync = Duration::ZERO;
+                    if let Err(e) = engine.db.persist(PersistMode::SyncData) {
+                        tracing::error!(error = %e, "kv: periodic fsync failed");
+                    }
+                }
+            });
+        }
+        let purge_every = (tombstone_grace / 2).clamp(MAINTENANCE_TICK, MAX_PURGE_INTERVAL);
+        let mut since_purge = Duration::ZERO;
+        self.every_tick("kv-purge", move |engine| {
+            since_purge += MAINTENANCE_TICK;
+            if since_purge < purge_every {
+                return;
+            }
+            since_purge = Duration::ZERO;
+            let cutoff = now_ns().saturating_sub(tombstone_grace.as_nanos() as u64);
+            match engine.purge(cutoff) {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(purged = n, "kv: dead records purged"),
+                Err(e) => tracing::error!(error = %e, "kv: tombstone purge failed"),
+            }
+        });
+    }
+
+    /// Runs `tick` on a thread named `name` every [`MAINTENANCE_TICK`]
+    /// until the engine is dropped.
+    fn every_tick(self: &Arc<Self>, name: &str, mut tick: impl FnMut(&Engine) + Send + 'static) {
+        let weak = Arc::downgrade(self);
+        let stop = self.stop.clone();
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(MAINTENANCE_TICK);
+                    let Some(engine) = weak.upgrade() else { return };
+                    tick(&engine);
+                }
             })
-            .expect("spawning the kv maintenance thread");
+            .expect("spawning a kv maintenance thread");
     }
 
     fn stripe(&self, key: &[u8]) -> &Mutex<()> {

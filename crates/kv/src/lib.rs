@@ -11,7 +11,8 @@
 //! [`batch_sender`] (each peer's batch sending task), [`store`] (the coordinator: fan-out, quorum,
 //! read repair), [`hints`] (hinted handoff), [`merkle`] (hash trees over
 //! key ranges), [`entry_stream`] (the format ranges are streamed in),
-//! [`anti_entropy`] (tree exchanges with peers), [`metrics`] (counters),
+//! [`anti_entropy`] (tree exchanges with peers), [`background`] (its scans,
+//! at the lowest priority), [`metrics`] (counters),
 //! [`watch`] (every accepted write published on the hub), [`api`] (the
 //! axum routes). This crate is not the HTTP server: limits, timeouts and
 //! the byte budget are applied by the binary's `[http]` server.
@@ -19,6 +20,7 @@
 pub mod anti_entropy;
 pub mod api;
 pub mod auth;
+pub mod background;
 pub mod batch;
 pub mod batch_sender;
 pub mod client;

@@ -8,7 +8,7 @@
 //! second, which was the one-node PUT p99 (BENCHMARKS.md, "Beside the
 //! seed's own service").
 //!
-//! So under `interval_ms:N` the maintenance thread also `fdatasync`s the
+//! So under `interval_ms:N` the sync thread also `fdatasync`s the
 //! journal files through descriptors of its own every
 //! [`WRITEBACK_EVERY`]: that does not take fjall's lock, and it leaves
 //! little for the fsyncs that do. Durability is unchanged — fjall's own
