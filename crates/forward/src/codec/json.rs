@@ -11,6 +11,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::frame::{Event, Frame, FrameKind, RecordBytes};
+use super::plain_json;
 use super::scan::Scan;
 use super::{DecodeError, Limits};
 
@@ -111,7 +112,7 @@ pub fn decode_json_frame(text: &[u8], out: &mut Vec<Event>) -> Result<Frame, Dec
         return Ok(invalid("empty value"));
     }
     let v: Value =
-        serde_json::from_slice(trimmed).map_err(|e| DecodeError::BadJson(e.to_string()))?;
+        plain_json::from_slice(trimmed).map_err(|e| DecodeError::BadJson(e.to_string()))?;
     let mut frame = invalid("");
     let arr = match v {
         Value::Null => {
@@ -227,6 +228,22 @@ mod tests {
         assert_eq!(
             out[1].record,
             RecordBytes::Json(Bytes::from_static(br#"{"z":1}"#))
+        );
+    }
+
+    #[test]
+    fn a_record_keeps_a_key_serde_json_reserves() {
+        // With serde_json's `raw_value` feature (on in the binary, and in
+        // this crate's tests) its own `Value` would store this record as
+        // `[1]`.
+        let text = br#"["t", 1, {"$serde_json::private::RawValue": "[1]"}]"#;
+        let mut out = Vec::new();
+        decode_json_frame(text, &mut out).unwrap();
+        assert_eq!(
+            out[0].record,
+            RecordBytes::Json(Bytes::from_static(
+                br#"{"$serde_json::private::RawValue":"[1]"}"#
+            ))
         );
     }
 
