@@ -561,8 +561,8 @@ fn payload_of(
             Bytes::from(out)
         }
         (RecordBytes::Json(b), PayloadFormat::Msgpack) => {
-            let v = crate::codec::plain_json::from_slice(&b)
-                .map_err(|e| DecodeError::BadJson(e.to_string()))?;
+            let v =
+                tidegate_json::from_slice(&b).map_err(|e| DecodeError::BadJson(e.to_string()))?;
             let mut out = Vec::with_capacity(b.len());
             json_to_msgpack(&v, &mut out);
             Bytes::from(out)

@@ -11,7 +11,6 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::frame::{Event, Frame, FrameKind, RecordBytes};
-use super::plain_json;
 use super::scan::Scan;
 use super::{DecodeError, Limits};
 
@@ -112,7 +111,7 @@ pub fn decode_json_frame(text: &[u8], out: &mut Vec<Event>) -> Result<Frame, Dec
         return Ok(invalid("empty value"));
     }
     let v: Value =
-        plain_json::from_slice(trimmed).map_err(|e| DecodeError::BadJson(e.to_string()))?;
+        tidegate_json::from_slice(trimmed).map_err(|e| DecodeError::BadJson(e.to_string()))?;
     let mut frame = invalid("");
     let arr = match v {
         Value::Null => {

@@ -10,8 +10,6 @@
 //! - [`gzip`]: size-capped multi-member gzip for CompressedPackedForward.
 //! - [`transcode`]: a msgpack record → JSON bytes, and JSON → msgpack.
 //! - [`json`]: JSON connections (first byte `{` or `[`).
-//! - [`plain_json`]: JSON into a `Value` with no object key treated
-//!   specially (serde_json's `raw_value` quirk).
 //! - [`encode`]: the client side: messages, acks and handshake frames.
 //! - [`decoder`]: the stream decoder tying scan and frame together.
 
@@ -20,7 +18,6 @@ pub mod encode;
 pub mod frame;
 pub mod gzip;
 pub mod json;
-pub mod plain_json;
 pub mod reader;
 pub mod scan;
 pub mod time;

@@ -107,30 +107,8 @@ pub enum SioError {
     #[error("invalid payload for this packet type")]
     InvalidPayload,
     /// An object key that serde_json reserves for itself.
-    #[error("object key {SERDE_MARKER_PREFIX}… is reserved")]
+    #[error("object key {}… is reserved", tidegate_json::RESERVED_KEY_PREFIX)]
     ReservedKey,
-}
-
-/// The prefix of the object keys serde_json gives a meaning of its own
-/// (`$serde_json::private::RawValue` with the `raw_value` feature, which the
-/// Kafka crate turns on for the whole binary; `…::Number` with
-/// `arbitrary_precision`). An object whose first key is one of them parses
-/// as something else, and one holding it later re-encodes (keys sorted) with
-/// it first — so data holding one would not survive our own decode → encode
-/// → decode, nor any other serde_json reader downstream. It is refused.
-const SERDE_MARKER_PREFIX: &str = "$serde_json::private::";
-
-/// Whether any object in `v` has a key serde_json reserves.
-fn holds_serde_marker(v: &Value) -> bool {
-    match v {
-        // serde_json stops at 128 levels of nesting, so this recursion is
-        // bounded.
-        Value::Object(o) => o
-            .iter()
-            .any(|(k, v)| k.starts_with(SERDE_MARKER_PREFIX) || holds_serde_marker(v)),
-        Value::Array(a) => a.iter().any(holds_serde_marker),
-        _ => false,
-    }
 }
 
 impl SioPacket {
@@ -190,8 +168,10 @@ impl SioPacket {
             None
         };
         let data = if i < b.len() {
-            let v = serde_json::from_str::<Value>(&text[i..]).map_err(|_| SioError::BadJson)?;
-            if holds_serde_marker(&v) {
+            // Parsed as written, so a reserved key is seen even first in its
+            // object (serde_json's own `Value` would have re-parsed it).
+            let v = tidegate_json::from_str(&text[i..]).map_err(|_| SioError::BadJson)?;
+            if tidegate_json::holds_reserved_key(&v) {
                 return Err(SioError::ReservedKey);
             }
             Some(v)
@@ -305,6 +285,12 @@ mod tests {
         );
         assert_eq!(
             SioPacket::decode(r#"2["e",[{"\u0024serde_json::private::Number":"1"}]]"#),
+            Err(SioError::ReservedKey)
+        );
+        // First in its object: serde_json's own `Value` would have replaced
+        // the object by 5 and let it through.
+        assert_eq!(
+            SioPacket::decode(r#"2["publish","t",{"$serde_json::private::RawValue":"5"}]"#),
             Err(SioError::ReservedKey)
         );
         assert_eq!(SioPacket::decode("5[\"a\"]"), Err(SioError::BadAttachments));

@@ -48,8 +48,9 @@ pub enum ClientOp {
         id: Option<u64>,
         /// The topic.
         topic: String,
-        /// The payload.
-        #[serde(default)]
+        /// The payload, as written (no object key treated specially:
+        /// `tidegate_json`).
+        #[serde(default, deserialize_with = "tidegate_json::deserialize_option")]
         payload: Option<Value>,
         /// The payload is the next binary frame.
         #[serde(default)]
@@ -126,6 +127,22 @@ mod tests {
                 offset: 7
             })
         );
+        // The payload as the client wrote it, even with a key serde_json
+        // reserves first in an object; `null` is no payload.
+        match decode(
+            r#"{"op":"publish","topic":"a","payload":{"$serde_json::private::RawValue":"5"}}"#,
+        ) {
+            Ok(ClientOp::Publish {
+                payload: Some(p), ..
+            }) => {
+                assert_eq!(p["$serde_json::private::RawValue"], "5")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            decode(r#"{"op":"publish","topic":"a","payload":null}"#),
+            Ok(ClientOp::Publish { payload: None, .. })
+        ));
         assert!(decode(r#"{"op":"nope"}"#).is_err());
         assert!(decode("[").is_err());
     }

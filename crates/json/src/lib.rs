@@ -1,13 +1,17 @@
-//! JSON text parsed into a [`serde_json::Value`] exactly as written.
+//! JSON text from the network parsed into a [`serde_json::Value`] exactly
+//! as written.
 //!
 //! serde_json's own `Value` gives some object keys a meaning when its
 //! `raw_value` feature is on (and the binary has it on: axum and the Kafka
 //! crate enable it): an object whose first key is
 //! `$serde_json::private::RawValue` is replaced by its string value parsed
-//! as JSON. A Forward client's record `{"$serde_json::private::RawValue":
-//! "[1]"}` would thus be stored as `[1]` — nothing a client should be
-//! able to do to its data, and nothing it asked for. This visitor builds
-//! the same `Value` with every key a plain key.
+//! as JSON. A client's record `{"$serde_json::private::RawValue": "[1]"}`
+//! would thus be stored as `[1]` — nothing a client should be able to do
+//! to its data, and nothing it asked for. This visitor builds the same
+//! `Value` with every key a plain key; a protocol that wants such keys
+//! refused can then see them ([`holds_reserved_key`]).
+
+#![warn(missing_docs)]
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
@@ -16,6 +20,40 @@ use serde_json::{Map, Number, Value};
 /// is bounded by serde_json's own limit (128 levels).
 pub fn from_slice(text: &[u8]) -> serde_json::Result<Value> {
     serde_json::from_slice::<PlainValue>(text).map(|p| p.0)
+}
+
+/// [`from_slice`] for text.
+pub fn from_str(text: &str) -> serde_json::Result<Value> {
+    from_slice(text.as_bytes())
+}
+
+/// For `#[serde(deserialize_with = ...)]` on an `Option<Value>` field read
+/// from client JSON: the value as written, `null` as `None` (as serde's
+/// own `Option` does).
+pub fn deserialize_option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    PlainValue::deserialize(d).map(|p| match p.0 {
+        Value::Null => None,
+        v => Some(v),
+    })
+}
+
+/// The prefix of the object keys serde_json gives a meaning of its own
+/// (`…RawValue` with `raw_value`, `…Number` with `arbitrary_precision`).
+pub const RESERVED_KEY_PREFIX: &str = "$serde_json::private::";
+
+/// Whether any object in `v` has a key serde_json reserves: data holding
+/// one would not survive being written and read again by serde_json's own
+/// `Value` (keys are written sorted, so the key may come first).
+pub fn holds_reserved_key(v: &Value) -> bool {
+    match v {
+        // serde_json stops at 128 levels of nesting when parsing, so for a
+        // parsed value this recursion is bounded.
+        Value::Object(o) => o
+            .iter()
+            .any(|(k, v)| k.starts_with(RESERVED_KEY_PREFIX) || holds_reserved_key(v)),
+        Value::Array(a) => a.iter().any(holds_reserved_key),
+        _ => false,
+    }
 }
 
 /// A `Value` deserialized by [`PlainVisitor`].
@@ -115,6 +153,34 @@ mod tests {
         let v = from_slice(text.as_bytes()).unwrap();
         assert_eq!(v[0]["a"][MARKER], Value::String("{}".into()));
         assert_eq!(v[1], 1);
+    }
+
+    #[test]
+    fn reserved_keys_are_seen_wherever_they_are() {
+        let first = from_str(&format!(r#"{{"{MARKER}":"5"}}"#)).unwrap();
+        assert!(holds_reserved_key(&first));
+        let nested = from_str(&format!(r#"[1,{{"a":{{"b":2,"{MARKER}":3}}}}]"#)).unwrap();
+        assert!(holds_reserved_key(&nested));
+        assert!(!holds_reserved_key(
+            &from_str(r#"{"$serde":1,"a":[{}]}"#).unwrap()
+        ));
+    }
+
+    #[derive(serde::Deserialize)]
+    struct WithPayload {
+        #[serde(default, deserialize_with = "deserialize_option")]
+        payload: Option<Value>,
+    }
+
+    #[test]
+    fn an_optional_field_reads_plainly_and_null_is_none() {
+        let p: WithPayload =
+            serde_json::from_str(&format!(r#"{{"payload":{{"{MARKER}":"5"}}}}"#)).unwrap();
+        assert_eq!(p.payload.unwrap()[MARKER], "5");
+        let p: WithPayload = serde_json::from_str(r#"{"payload":null}"#).unwrap();
+        assert!(p.payload.is_none());
+        let p: WithPayload = serde_json::from_str("{}").unwrap();
+        assert!(p.payload.is_none());
     }
 
     #[test]
