@@ -249,9 +249,8 @@ impl AntiEntropy {
         let (tx, rx) = tokio::sync::mpsc::channel(STREAM_CHANNEL_CHUNKS);
         let wanted = leaf_set(leaves);
         let (engine, ring, grace_ns) = (self.engine.clone(), self.ring.clone(), self.grace_ns);
-        let scan_tx = tx.clone();
+        let failed_tx = tx.clone();
         let spawned = background::spawn_scan_thread("kv-ae-entries", move || {
-            let tx = scan_tx;
             let cutoff = now_ns().saturating_sub(grace_ns);
             let mut chunk = BytesMut::new();
             for entry in engine.records() {
@@ -282,7 +281,7 @@ impl AntiEntropy {
         if let Err(e) = spawned {
             // The stream must not end as if complete: the error is its
             // only item (the channel is empty, so there is room).
-            let _ = tx.try_send(Err(KvError::Task(format!("spawning a scan thread: {e}"))));
+            let _ = failed_tx.try_send(Err(KvError::Task(format!("spawning a scan thread: {e}"))));
         }
         rx
     }
