@@ -19,7 +19,7 @@ use super::App;
 use crate::auth::Grants;
 use crate::context::PushContext;
 use crate::delivery::{cached_ws_message, cached_ws_message_with_offset, is_binary_ws_message};
-use crate::recovery::{self, RecoveryHandle, Since, Ticket};
+use crate::recovery::{self, Claim, NotTaken, Protocol, RecoveryHandle, Since, Ticket};
 use crate::ws::protocol::{decode, positions as parse_positions, ClientOp};
 
 use crate::recovery::MAX_CLUSTER_REPLAY;
@@ -50,6 +50,10 @@ pub struct JsonSession {
     live_from: u64,
     /// Messages are sent (false while parked).
     attached: bool,
+    /// Patterns were unsubscribed while messages of theirs may be queued:
+    /// each message is matched against `since` until the queue has been
+    /// empty once (the hub matched it when it was queued).
+    unmatched_queued: bool,
     /// After a cluster recovery: per backbone partition, the end of what
     /// was replayed; live messages before it were sent already.
     replayed_to: Positions,
@@ -63,7 +67,8 @@ impl JsonSession {
     /// A session with its own hub queue and the given rights.
     pub fn new(ctx: &PushContext, grants: Grants) -> Self {
         let recovery = if ctx.config.recovery() {
-            ctx.recovery.register(ctx.config.max_sessions)
+            ctx.recovery
+                .register(ctx.config.max_sessions, Claim::new(Protocol::Json, &grants))
         } else {
             None
         };
@@ -76,6 +81,7 @@ impl JsonSession {
             since: Since::default(),
             live_from: 0,
             attached: true,
+            unmatched_queued: false,
             replayed_to: Positions::new(),
         }
     }
@@ -123,11 +129,29 @@ impl JsonSession {
         if self.sub.patterns().next().is_some() {
             return Err("recover must come before any subscribe");
         }
-        let old = match ctx.recovery.take(pid).await {
-            Some(App::Json(old)) if old.grants.subject() == self.grants.subject() => old,
-            Some(_) => return Err("the session belongs to another subject"),
-            None => return Err("unknown or expired session"),
+        let claim = Claim::new(Protocol::Json, &self.grants);
+        let mut old = match ctx.recovery.take(pid, &claim).await {
+            Ok(App::Json(old)) => old,
+            // The claim said `/ws`: not reached.
+            Ok(_) | Err(NotTaken::Unknown) => return Err("unknown or expired session"),
+            Err(NotTaken::OtherOwner) => return Err("the session belongs to another subject"),
         };
+        // Recovering with another token gives no more rights than it: what
+        // it does not allow is dropped before the replay.
+        let refused: Vec<String> = old
+            .since
+            .patterns()
+            .filter(|p| !self.grants.may_subscribe(p))
+            .map(str::to_owned)
+            .collect();
+        if !refused.is_empty() {
+            subscriptions::unsubscribe(&mut old.sub, &refused);
+            for p in &refused {
+                old.since.remove(p);
+            }
+            // Messages of those patterns may be queued already.
+            old.unmatched_queued = true;
+        }
         let Ok((missed, live_from)) = recovery::replay(history, offset, &old.since) else {
             return Err("the history no longer holds what the session missed");
         };
@@ -207,6 +231,8 @@ impl JsonSession {
                 for p in &o.accepted {
                     self.since.remove(p);
                 }
+                // Nothing of those patterns after the answer.
+                self.unmatched_queued |= !o.accepted.is_empty();
                 out.push(reply(json!({"op": "unsubscribed", "id": id, "accepted": o.accepted, "refused": o.refused})));
             }
             // A refused binary publish leaves its frame unexpected: that
@@ -293,6 +319,9 @@ impl JsonSession {
     /// what a recovery replayed is skipped).
     pub fn deliver(&mut self, msgs: &[SharedMessage], out: &mut Vec<JsonOut>) {
         for m in msgs {
+            if self.unmatched_queued && !self.since.matches(&m.topic) {
+                continue; // of a pattern unsubscribed since it was queued
+            }
             if !self.replayed_to.is_empty() {
                 if let Some((p, o)) = position(m) {
                     if self.replayed_to.get(&p).is_some_and(|end| o < *end) {
@@ -303,6 +332,9 @@ impl JsonSession {
             if self.attached && m.seq().is_none_or(|s| s >= self.live_from) {
                 push_message(m, self.recovery.is_some(), out);
             }
+        }
+        if self.unmatched_queued && self.sub.is_empty() {
+            self.unmatched_queued = false;
         }
     }
 }

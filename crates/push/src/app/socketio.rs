@@ -35,7 +35,7 @@ use crate::delivery::{
 };
 use crate::engineio::handshake::{new_sid, Transport};
 use crate::recovery::cluster::{self, Op, Subscription, Update};
-use crate::recovery::{self, RecoveryHandle, Since, Ticket, MAX_REPLAY};
+use crate::recovery::{self, Claim, Protocol, RecoveryHandle, Since, Ticket, MAX_REPLAY};
 use crate::session::{EngineSession, Outgoing};
 use crate::socketio::binary::{placeholder_num, BinaryAssembler};
 use crate::socketio::{SioPacket, SioType};
@@ -415,7 +415,10 @@ impl SocketIoApp {
             }
         }
         if self.recovery.is_none() && ctx.config.recovery() {
-            self.recovery = ctx.recovery.register(ctx.config.max_sessions);
+            self.recovery = ctx.recovery.register(
+                ctx.config.max_sessions,
+                Claim::new(Protocol::SocketIo, &grants),
+            );
         }
         let tag = cluster::owner_tag(&self.owner).to_owned();
         let offsets = match self.cluster() {
@@ -536,14 +539,20 @@ impl SocketIoApp {
         };
         if self.recovery.as_ref().is_some_and(|t| t.pid() == pid) {
             // Another namespace of a session this one already took over.
+            if self.drop_disallowed(nsp, grants) {
+                self.announce_state(nsp, ctx);
+            }
             return missed(self);
         }
         if !self.nsps.is_empty() {
             // This session has state of its own; it cannot adopt another.
             return None;
         }
-        match ctx.recovery.take(pid).await {
-            Some(App::SocketIo(old)) => {
+        // A session of another subject is not even asked (asking closes
+        // its transport).
+        let claim = Claim::new(Protocol::SocketIo, grants);
+        match ctx.recovery.take(pid, &claim).await {
+            Ok(App::SocketIo(old)) => {
                 // In cluster mode the client may have been recovered on
                 // another node since: then this copy is stale (its
                 // subscriptions and sequence are not the client's).
@@ -568,8 +577,13 @@ impl SocketIoApp {
                 }
                 // Anything that cannot be replayed is dropped: its
                 // subscriptions and id go away.
+                let mut old = old;
+                let dropped = old.drop_disallowed(nsp, grants);
                 let replay = missed(&old)?;
                 *self = *old;
+                if dropped {
+                    self.announce_state(nsp, ctx);
+                }
                 Some(replay)
             }
             _ => None,
@@ -610,7 +624,11 @@ impl SocketIoApp {
         // Reserve the id first: the replay is the expensive part.
         let ticket = match self.recovery.take() {
             Some(t) => t,
-            None => ctx.recovery.register_as(pid, ctx.config.max_sessions)?,
+            None => ctx.recovery.register_as(
+                pid,
+                ctx.config.max_sessions,
+                Claim::new(Protocol::SocketIo, grants),
+            )?,
         };
         let deadline = tokio::time::Instant::now() + recovery_time(ctx);
         let outcome = tokio::time::timeout_at(
@@ -786,6 +804,43 @@ impl SocketIoApp {
                 self.sub.unsubscribe(p);
             }
         }
+        // Its messages may still be queued: they must not reach the
+        // namespaces left (see `deliver`).
+        self.unmatched_queued = true;
+    }
+
+    /// Drops the subscriptions of namespace `nsp` that `grants` (a
+    /// recovering client's token) does not allow, before its replay:
+    /// recovering with another token gives no more rights than that token.
+    /// True when one was dropped.
+    fn drop_disallowed(&mut self, nsp: &str, grants: &Grants) -> bool {
+        let Some(n) = self.nsps.get_mut(nsp) else {
+            return false;
+        };
+        let refused: Vec<String> = n
+            .subscriptions
+            .patterns()
+            .filter(|p| !grants.may_subscribe(p))
+            .map(str::to_owned)
+            .collect();
+        for p in &refused {
+            n.starts.remove(p);
+            n.subscriptions.remove(p);
+        }
+        for p in &refused {
+            if !self.nsps.values().any(|n| n.subscriptions.contains(p)) {
+                self.sub.unsubscribe(p);
+            }
+        }
+        if !refused.is_empty() {
+            debug!(
+                nsp,
+                dropped = refused.len(),
+                "recovery: subscriptions the token no longer allows dropped"
+            );
+            self.unmatched_queued = true;
+        }
+        !refused.is_empty()
     }
 
     async fn event(
@@ -926,6 +981,11 @@ impl SocketIoApp {
                 self.sub.unsubscribe(&p);
             }
             o.accepted.push(p);
+        }
+        if !o.accepted.is_empty() {
+            // Messages of those patterns may be queued already: with more
+            // than one namespace left they must not reach the others.
+            self.unmatched_queued = true;
         }
         let update = match o.accepted.is_empty() || !self.cluster() {
             true => None,

@@ -73,11 +73,65 @@ pub fn replay(
 /// state over (it is answered within one wake-up of that session's task).
 pub const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The protocol a recoverable session speaks: only a client of the same
+/// one can take it over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// `/ws`.
+    Json,
+    /// Socket.IO.
+    SocketIo,
+}
+
+/// Who may take a session over, fixed when it is registered: a client of
+/// the same protocol whose token names the same subject (`sub`; none with
+/// auth off). Checked *before* the owner is asked for its state, so a
+/// refused takeover leaves the session alone (asking closes its transport).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The session's protocol.
+    pub protocol: Protocol,
+    /// Its token's subject.
+    pub subject: Option<String>,
+}
+
+impl Claim {
+    /// A claim of `protocol` for the subject of `grants`.
+    pub fn new(protocol: Protocol, grants: &crate::auth::Grants) -> Self {
+        Claim {
+            protocol,
+            subject: grants.subject().map(str::to_owned),
+        }
+    }
+}
+
+/// Why [`RecoveryRegistry::take`] handed no state over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotTaken {
+    /// No such session (never, expired, ended), or it did not answer in
+    /// time, or another reconnect is taking it over.
+    Unknown,
+    /// The session belongs to another subject or protocol; it was left
+    /// alone.
+    OtherOwner,
+}
+
 /// Where a session that owns recoverable state is asked to give it up.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct RecoveryHandle {
     requested: Notify,
     reply: Mutex<Option<oneshot::Sender<App>>>,
+    claim: Claim,
+}
+
+impl RecoveryHandle {
+    fn new(claim: Claim) -> Self {
+        RecoveryHandle {
+            requested: Notify::new(),
+            reply: Mutex::new(None),
+            claim,
+        }
+    }
 }
 
 impl RecoveryHandle {
@@ -162,14 +216,15 @@ impl RecoveryRegistry {
         );
     }
 
-    /// Registers a new recoverable session, unless `max` are registered.
-    pub fn register(self: &Arc<Self>, max: usize) -> Option<Ticket> {
+    /// Registers a new recoverable session that `claim` may take over,
+    /// unless `max` are registered.
+    pub fn register(self: &Arc<Self>, max: usize, claim: Claim) -> Option<Ticket> {
         let mut m = self.map.lock();
         if m.len() >= max {
             return None;
         }
         let pid = new_sid();
-        let handle = Arc::new(RecoveryHandle::default());
+        let handle = Arc::new(RecoveryHandle::new(claim));
         m.insert(pid.clone(), handle.clone());
         Some(Ticket {
             pid,
@@ -180,12 +235,12 @@ impl RecoveryRegistry {
 
     /// Registers a session under the id `pid` it had on another node (a
     /// recovery there), unless `max` are registered or `pid` is taken here.
-    pub fn register_as(self: &Arc<Self>, pid: &str, max: usize) -> Option<Ticket> {
+    pub fn register_as(self: &Arc<Self>, pid: &str, max: usize, claim: Claim) -> Option<Ticket> {
         let mut m = self.map.lock();
         if m.len() >= max || m.contains_key(pid) {
             return None;
         }
-        let handle = Arc::new(RecoveryHandle::default());
+        let handle = Arc::new(RecoveryHandle::new(claim));
         m.insert(pid.to_owned(), handle.clone());
         Some(Ticket {
             pid: pid.to_owned(),
@@ -194,20 +249,28 @@ impl RecoveryRegistry {
         })
     }
 
-    /// Asks the session `pid` (live or parked) for its state.
-    pub async fn take(&self, pid: &str) -> Option<App> {
-        let h = self.map.lock().get(pid).cloned()?;
+    /// Asks the session `pid` (live or parked) for its state, on behalf of
+    /// a client whose claim is `claim`; a session registered with another
+    /// claim is not asked (and so not disturbed).
+    pub async fn take(&self, pid: &str, claim: &Claim) -> Result<App, NotTaken> {
+        let h = self.map.lock().get(pid).cloned().ok_or(NotTaken::Unknown)?;
+        if h.claim != *claim {
+            return Err(NotTaken::OtherOwner);
+        }
         let (tx, rx) = oneshot::channel();
         {
             let mut slot = h.reply.lock();
             if slot.as_ref().is_some_and(|s| !s.is_closed()) {
                 // Another reconnect is already taking it over.
-                return None;
+                return Err(NotTaken::Unknown);
             }
             *slot = Some(tx);
         }
         h.requested.notify_one();
-        tokio::time::timeout(TAKEOVER_TIMEOUT, rx).await.ok()?.ok()
+        match tokio::time::timeout(TAKEOVER_TIMEOUT, rx).await {
+            Ok(Ok(app)) => Ok(app),
+            _ => Err(NotTaken::Unknown),
+        }
     }
 
     /// Registered sessions (live and parked).
