@@ -24,7 +24,8 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use thiserror::Error;
 use tidegate_hub::{
-    AckGroup, BudgetPermit, DeliveryError, Hub, ListenerMetrics, Message, PublishError,
+    AckGroup, BudgetPermit, DeliveryError, Hub, InflightBudget, ListenerMetrics, Message,
+    PublishError,
 };
 use tidegate_listener::inbound::{KEEP_CAPACITY_BYTES, MIN_READ_BYTES};
 use tidegate_listener::{Connection, Inbound, ReadError, ReadReady};
@@ -268,30 +269,66 @@ fn release_spare_capacity(buf: &mut BytesMut) {
 /// `max_decompressed_bytes`) are decoded inside `block_in_place`.
 const BLOCKING_DECODE_BYTES: usize = 4 * 1024 * 1024;
 
-/// Decodes one complete value. A value that may take long to decode (a
-/// large chunk, or any gzip chunk) is decoded inside `block_in_place` when
-/// the runtime has several workers, so other connections keep being served.
+/// Decodes one complete value; returns the frame and the budget its
+/// decompressed bytes hold (empty unless it was gzip). A value that may
+/// take long to decode (a large chunk, or any that may be gzip) is decoded
+/// inside `block_in_place` when the runtime has several workers, so other
+/// connections keep being served; there, each growth of a decompressed
+/// chunk waits (at most `wait`) for its bytes of `budget`, so inflating
+/// cannot take memory the budget does not count.
 fn decode_value(
     decoder: &ForwardDecoder,
     value: &Bytes,
     events: &mut Vec<Event>,
-) -> Result<Frame, DecodeError> {
+    budget: &InflightBudget,
+    wait: Option<Duration>,
+) -> Result<(Frame, BudgetPermit), DecodeError> {
     use tokio::runtime::{Handle, RuntimeFlavor};
-    let slow = value.len() >= BLOCKING_DECODE_BYTES || names_gzip(value);
+    let mut inflated = budget.empty();
+    let slow = value.len() >= BLOCKING_DECODE_BYTES || may_be_gzip(value);
     let multi =
         || Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
-    if slow && multi() {
-        tokio::task::block_in_place(|| decoder.decode_value(value, events))
+    let frame = if slow && multi() {
+        tokio::task::block_in_place(|| {
+            let handle = Handle::current();
+            let mut grant = |n: usize| {
+                let permit = match budget.try_acquire(n) {
+                    Some(p) => Some(p),
+                    None => match wait {
+                        Some(w) => handle
+                            .block_on(tokio::time::timeout(w, budget.acquire(n)))
+                            .ok(),
+                        None => Some(handle.block_on(budget.acquire(n))),
+                    },
+                };
+                let permit = permit.ok_or(DecodeError::NoBudget { wanted: n })?;
+                inflated.merge(permit);
+                Ok(())
+            };
+            decoder.decode_value_metered(value, events, &mut grant)
+        })?
     } else {
-        decoder.decode_value(value, events)
-    }
+        // A current-thread runtime (tests) cannot wait here: the budget
+        // is taken if free, else the chunk is refused.
+        let mut grant = |n: usize| {
+            let permit = budget
+                .try_acquire(n)
+                .ok_or(DecodeError::NoBudget { wanted: n })?;
+            inflated.merge(permit);
+            Ok(())
+        };
+        decoder.decode_value_metered(value, events, &mut grant)?
+    };
+    Ok((frame, inflated))
 }
 
-/// Whether the option map at the end of a message says `"gzip"` (a cheap
-/// look at its last bytes, only to choose where to decode).
-fn names_gzip(value: &[u8]) -> bool {
-    let tail = &value[value.len().saturating_sub(64)..];
-    tail.windows(5).any(|w| w == b"\xa4gzip")
+/// Whether `value` may ask for gzip: the option's value `"gzip"` is those
+/// four bytes however it is encoded (fixstr, str8, str16, str32), so a
+/// value without them is never decompressed. (A record that merely
+/// contains the word is decoded off the runtime needlessly, nothing
+/// worse.)
+fn may_be_gzip(value: &[u8]) -> bool {
+    memchr::memmem::find(value, b"gzip").is_some()
 }
 
 /// Writes `bytes` and flushes, giving up when the client reads nothing for
@@ -383,9 +420,18 @@ impl Session<'_> {
         let Some(value) = self.decoder.next_value(buf)? else {
             return Ok(None);
         };
-        let permit = inbound.take(value.len());
+        let mut permit = inbound.take(value.len());
         self.metrics.frames_in(1);
-        let frame = decode_value(&self.decoder, &value, &mut self.events)?;
+        let (frame, inflated) = decode_value(
+            &self.decoder,
+            &value,
+            &mut self.events,
+            inbound.budget(),
+            inbound.read_timeout(),
+        )?;
+        // The decompressed bytes are held with the frame's (records may be
+        // slices of them until their ack).
+        permit.merge(inflated);
         Ok(Some((frame, permit)))
     }
 
@@ -568,4 +614,30 @@ fn payload_of(
             Bytes::from(out)
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::may_be_gzip;
+
+    /// Every way a client can say `"compressed": "gzip"` is seen, wherever
+    /// the key sits in the option map and however long the map is: a
+    /// missed one would inflate on a runtime worker.
+    #[test]
+    fn gzip_is_seen_whatever_the_encoding_and_key_order() {
+        let fixstr = b"\xa4gzip".to_vec();
+        let str8 = b"\xd9\x04gzip".to_vec();
+        let str16 = b"\xda\x00\x04gzip".to_vec();
+        let str32 = b"\xdb\x00\x00\x00\x04gzip".to_vec();
+        for gzip in [fixstr, str8, str16, str32] {
+            // compressed first, then a long pad key: far from the end.
+            let mut frame = b"\x93\xa3app\xc4\x01\x00\x83\xaacompressed".to_vec();
+            frame.extend_from_slice(&gzip);
+            frame.extend_from_slice(b"\xa3pad\xd9\x50");
+            frame.extend_from_slice(&[b'x'; 0x50]);
+            frame.extend_from_slice(b"\xa5chunk\xa1c");
+            assert!(may_be_gzip(&frame), "{frame:?}");
+        }
+        assert!(!may_be_gzip(b"\x93\xa3app\xc4\x01\x00\x81\xa5chunk\xa1c"));
+    }
 }

@@ -353,3 +353,80 @@ async fn a_spent_budget_stops_reading_while_the_sink_never_acknowledges() {
     writer.abort();
     reader.abort();
 }
+
+/// One CompressedPackedForward chunk of `records` records of ~1 KiB
+/// (highly compressible) and the size its entries inflate to.
+fn gzip_chunk(records: usize, chunk: &str) -> (Vec<u8>, usize) {
+    use tidegate_forward::codec::encode::{gzip, record_from_json};
+    let pad = "x".repeat(1000);
+    let recs: Vec<Vec<u8>> = (0..records)
+        .map(|i| record_from_json(&serde_json::json!({"i": i, "pad": pad})))
+        .collect();
+    let entries: Vec<(EventTime, &[u8])> = recs
+        .iter()
+        .map(|r| (EventTime::new(1, 0), r.as_slice()))
+        .collect();
+    let packed = packed_entries(&entries, TimeForm::FixExt8);
+    let opt = MessageOption {
+        chunk: Some(chunk),
+        gzip: true,
+        ..Default::default()
+    };
+    let mut frame = Vec::new();
+    write_packed_forward(&mut frame, "app", &gzip(&packed), EntriesWrap::Bin, &opt);
+    (frame, packed.len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gzip_chunk_holds_its_decompressed_bytes_of_the_budget_until_its_ack() {
+    let budget = InflightBudget::new(16 << 20);
+    let sink = Arc::new(NeverAcks::default());
+    let hub = hub_with_budget(sink.clone(), &budget);
+    let srv = start(hub, ForwardConfig::default()).await;
+    let mut c = ForwardClient::connect(srv.addr, ClientOptions::default())
+        .await
+        .unwrap();
+    let (frame, inflated) = gzip_chunk(2_000, "gz");
+    assert!(frame.len() * 50 < inflated, "a compressible chunk");
+    c.send_raw(&frame).await.unwrap();
+    eventually("the chunk's events reach the sink", || sink.held() == 2_000).await;
+    // The decompressed entries (the records are slices of them) are
+    // counted, not just the few kilobytes that came over the wire.
+    let held = budget.in_use();
+    assert!(
+        held >= inflated + frame.len() && held <= 2 * inflated + frame.len(),
+        "held {held} B of the budget for {} B on the wire, {inflated} B inflated",
+        frame.len()
+    );
+    sink.release_all();
+    c.wait_ack("gz", WAIT).await.unwrap();
+    eventually("the chunk's bytes are given back", || budget.in_use() == 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gzip_chunk_that_inflates_past_the_free_budget_is_refused_unacked() {
+    let budget = InflightBudget::new(1 << 20);
+    let sink = Arc::new(NeverAcks::default());
+    let hub = hub_with_budget(sink.clone(), &budget);
+    let srv = start(hub.clone(), with_timeouts(500, 60_000)).await;
+    let mut s = TcpStream::connect(srv.addr).await.unwrap();
+    let (frame, inflated) = gzip_chunk(2_000, "big");
+    assert!(inflated > 1 << 20);
+    s.write_all(&frame).await.unwrap();
+    // Waited for budget up to the read timeout, then closed without an ack.
+    let took = closed_by_server(&mut s).await;
+    assert!(took >= Duration::from_millis(400), "closed after {took:?}");
+    assert_eq!(sink.held(), 0, "nothing of the refused chunk was published");
+    assert_eq!(hub.metrics().published.get(), 0);
+    eventually("its bytes are given back", || budget.in_use() == 0).await;
+    let errors = hub.metrics().render();
+    assert!(
+        errors.contains(r#"kind="inflate_budget""#),
+        "counted: {}",
+        errors
+            .lines()
+            .filter(|l| l.contains("listener_errors"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

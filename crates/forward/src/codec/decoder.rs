@@ -5,10 +5,10 @@
 
 use bytes::{Bytes, BytesMut};
 
-use super::frame::{decode_frame, Event, Frame};
+use super::frame::{decode_frame_metered, Event, Frame};
 use super::json::{decode_json_frame, JsonScanner};
 use super::scan::{Scan, ValueScanner};
-use super::{DecodeError, Limits};
+use super::{DecodeError, InflateGrant, Limits};
 
 /// Which syntax a connection speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,9 +109,20 @@ impl ForwardDecoder {
 
     /// Decodes one complete value cut by [`Self::next_value`].
     pub fn decode_value(&self, value: &Bytes, out: &mut Vec<Event>) -> Result<Frame, DecodeError> {
+        self.decode_value_metered(value, out, &mut |_| Ok(()))
+    }
+
+    /// [`Self::decode_value`], asking `grant` before a gzip chunk's
+    /// decompressed output grows (see [`InflateGrant`]).
+    pub fn decode_value_metered(
+        &self,
+        value: &Bytes,
+        out: &mut Vec<Event>,
+        grant: InflateGrant<'_>,
+    ) -> Result<Frame, DecodeError> {
         match self.syntax {
             Syntax::Json => decode_json_frame(value, out),
-            _ => decode_frame(value, &self.limits, out),
+            _ => decode_frame_metered(value, &self.limits, out, grant),
         }
     }
 }

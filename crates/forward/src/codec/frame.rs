@@ -20,7 +20,7 @@ use super::gzip::gunzip_capped;
 use super::reader::MsgReader;
 use super::scan::{Scan, ValueScanner};
 use super::time::read_time_ns;
-use super::{DecodeError, Limits};
+use super::{DecodeError, InflateGrant, Limits};
 
 /// A record as received, before it becomes a payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,8 +82,18 @@ pub fn decode_frame(
     limits: &Limits,
     out: &mut Vec<Event>,
 ) -> Result<Frame, DecodeError> {
+    decode_frame_metered(frame, limits, out, &mut |_| Ok(()))
+}
+
+/// [`decode_frame`], asking `grant` before a gzip chunk's output grows.
+pub fn decode_frame_metered(
+    frame: &Bytes,
+    limits: &Limits,
+    out: &mut Vec<Event>,
+    grant: InflateGrant<'_>,
+) -> Result<Frame, DecodeError> {
     let mark = out.len();
-    let result = decode_inner(frame, limits, out);
+    let result = decode_inner(frame, limits, out, grant);
     if result.is_err() {
         out.truncate(mark);
     }
@@ -102,6 +112,7 @@ fn decode_inner(
     frame: &Bytes,
     limits: &Limits,
     out: &mut Vec<Event>,
+    grant: InflateGrant<'_>,
 ) -> Result<Frame, DecodeError> {
     let mut r = MsgReader::new(frame);
     if r.read_nil() {
@@ -158,7 +169,7 @@ fn decode_inner(
         let raw = frame.slice(range);
         let stream = match option.compressed.as_deref() {
             None | Some("text") => raw,
-            Some("gzip") => gunzip_capped(&raw, limits.max_decompressed_bytes)?,
+            Some("gzip") => gunzip_capped(&raw, limits.max_decompressed_bytes, grant)?,
             Some(other) => return Err(DecodeError::UnsupportedCompression(other.to_owned())),
         };
         invalid += decode_packed(&stream, limits.max_depth, out)?;

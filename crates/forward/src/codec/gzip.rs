@@ -3,23 +3,50 @@
 //! Clients may concatenate several gzip members (Fluentd appends one per
 //! write), so a multi-member decoder is used. Output stops one byte past the
 //! limit: a gzip bomb costs at most `limit` bytes of memory, then an error.
+//! Each growth of the output is granted first by the caller (the server
+//! draws it from the process's in-flight byte budget), so a few hundred
+//! kilobytes on the wire cannot become gigabytes that nothing accounts for.
 
 use std::io::Read;
 
 use bytes::Bytes;
 use flate2::read::MultiGzDecoder;
 
-use super::DecodeError;
+use super::{DecodeError, InflateGrant};
+
+/// Output read from the decompressor at a time.
+const READ_STEP: usize = 64 * 1024;
 
 /// Decompresses every gzip member of `input`, refusing output over `limit`.
-pub fn gunzip_capped(input: &[u8], limit: usize) -> Result<Bytes, DecodeError> {
-    let mut out = Vec::with_capacity(input.len().saturating_mul(4).min(limit).min(1 << 24));
+/// The output buffer grows by doubling, and `grant` is asked for each
+/// growth (the bytes the buffer's capacity gains) before it is allocated;
+/// its error ends the decompression. So what `grant` handed out is what
+/// the returned bytes hold in memory.
+pub fn gunzip_capped(
+    input: &[u8],
+    limit: usize,
+    grant: InflateGrant<'_>,
+) -> Result<Bytes, DecodeError> {
+    let mut out: Vec<u8> = Vec::new();
+    let mut scratch = [0u8; READ_STEP];
     let mut reader = MultiGzDecoder::new(input).take(limit as u64 + 1);
-    reader
-        .read_to_end(&mut out)
-        .map_err(|e| DecodeError::BadGzip(e.to_string()))?;
-    if out.len() > limit {
-        return Err(DecodeError::DecompressedTooLarge { limit });
+    loop {
+        let n = reader
+            .read(&mut scratch)
+            .map_err(|e| DecodeError::BadGzip(e.to_string()))?;
+        if n == 0 {
+            break;
+        }
+        let need = out.len() + n;
+        if need > limit {
+            return Err(DecodeError::DecompressedTooLarge { limit });
+        }
+        if need > out.capacity() {
+            let grown = (out.capacity() * 2).max(need).max(READ_STEP).min(limit);
+            grant(grown - out.capacity())?;
+            out.reserve_exact(grown - out.len());
+        }
+        out.extend_from_slice(&scratch[..n]);
     }
     Ok(Bytes::from(out))
 }
@@ -41,14 +68,17 @@ mod tests {
     fn concatenated_members_are_all_decoded() {
         let mut both = gz(b"hello ");
         both.extend(gz(b"world"));
-        assert_eq!(&gunzip_capped(&both, 100).unwrap()[..], b"hello world");
+        assert_eq!(
+            &gunzip_capped(&both, 100, &mut |_| Ok(())).unwrap()[..],
+            b"hello world"
+        );
     }
 
     #[test]
     fn output_over_the_limit_is_refused() {
         let bomb = gz(&vec![0u8; 1 << 20]);
         assert_eq!(
-            gunzip_capped(&bomb, 1000),
+            gunzip_capped(&bomb, 1000, &mut |_| Ok(())),
             Err(DecodeError::DecompressedTooLarge { limit: 1000 })
         );
     }
@@ -56,7 +86,7 @@ mod tests {
     #[test]
     fn corrupt_data_is_an_error() {
         assert!(matches!(
-            gunzip_capped(b"not gzip", 100),
+            gunzip_capped(b"not gzip", 100, &mut |_| Ok(())),
             Err(DecodeError::BadGzip(_))
         ));
     }

@@ -96,7 +96,19 @@ pub enum DecodeError {
     /// Invalid JSON on a JSON connection.
     #[error("bad JSON: {0}")]
     BadJson(String),
+    /// The memory a decompressed chunk needs was not granted (the server's
+    /// in-flight byte budget stayed full for the read timeout).
+    #[error("no memory budget for a decompressed chunk of {wanted} more bytes")]
+    NoBudget {
+        /// Bytes the decompression asked for.
+        wanted: usize,
+    },
 }
+
+/// Asked for room before a decompressed chunk's buffer grows by that many
+/// bytes; an error ends the decoding with it. The codec stays pure: what
+/// granting means (a budget, a wait) is the caller's.
+pub type InflateGrant<'a> = &'a mut dyn FnMut(usize) -> Result<(), DecodeError>;
 
 impl DecodeError {
     /// The short kind counted in the listener's error metrics.
@@ -111,6 +123,7 @@ impl DecodeError {
             DecodeError::Truncated(_) => "truncated",
             DecodeError::Malformed(_) => "malformed",
             DecodeError::BadJson(_) => "bad_json",
+            DecodeError::NoBudget { .. } => "inflate_budget",
         }
     }
 }
