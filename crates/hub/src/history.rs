@@ -29,6 +29,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
+use crate::start_trie::StartTrie;
 use crate::topic::Pattern;
 use crate::{Message, SharedMessage};
 
@@ -249,6 +250,10 @@ impl History {
         since: &Since,
     ) -> Result<(Vec<SharedMessage>, u64), NotKept> {
         let mut out: Vec<(u64, SharedMessage)> = Vec::new();
+        // Built before the lock: with wildcards every remembered topic is
+        // matched, and one by one against thousands of patterns that held
+        // the lock (and every publish) for seconds.
+        let starts = (!since.wildcards.is_empty()).then(|| StartTrie::build(&since.wildcards));
         let next = {
             let h = self.inner.lock();
             if after >= h.next {
@@ -275,17 +280,32 @@ impl History {
                 out.extend(log.entries.range(start..).cloned());
                 Ok(())
             };
-            if since.wildcards.is_empty() {
-                // Exact subscriptions only: look each up, no scan.
-                for (topic, from) in &since.exact {
-                    if let Some(log) = h.topics.get(topic.as_str()) {
-                        take(log, *from)?;
+            match &starts {
+                None => {
+                    // Exact subscriptions only: look each up, no scan.
+                    for (topic, from) in &since.exact {
+                        if let Some(log) = h.topics.get(topic.as_str()) {
+                            take(log, *from)?;
+                        }
                     }
                 }
-            } else {
-                for (topic, log) in &h.topics {
-                    if let Some(from) = since.wanted(topic) {
-                        take(log, from)?;
+                Some(starts) => {
+                    for (topic, log) in &h.topics {
+                        // A topic with nothing after `after` has nothing
+                        // to give (nor let go: `forgotten` < its entries).
+                        if log.entries.back().is_none_or(|(s, _)| *s <= after)
+                            && log.forgotten <= after
+                        {
+                            continue;
+                        }
+                        let exact = since.exact.get(&**topic).copied();
+                        let from = match (exact, starts.wanted(topic)) {
+                            (Some(a), Some(b)) => Some(a.min(b)),
+                            (a, b) => a.or(b),
+                        };
+                        if let Some(from) = from {
+                            take(log, from)?;
+                        }
                     }
                 }
             }
@@ -446,6 +466,36 @@ mod tests {
             s.add(p, *from);
         }
         s
+    }
+
+    /// A complexity guard, not a benchmark: matching every remembered topic
+    /// against every wildcard one by one (20,000 × 10,000 here) took
+    /// over ten seconds in a debug build, and held the lock every publish takes.
+    #[test]
+    fn a_replay_with_many_wildcards_over_many_topics_is_not_their_product() {
+        let h = History::new(HistoryLimits {
+            per_topic: 1,
+            max_bytes: usize::MAX,
+            max_topics: 100_000,
+        });
+        for i in 0..20_000 {
+            publish(&h, &format!("t{i}.x"), "p");
+        }
+        let mut s = Since::default();
+        for i in 0..10_000 {
+            s.add(&format!("w{i}.*"), 1);
+        }
+        s.add("t7.*", 1);
+        s.add("t9.x", 1);
+        let started = std::time::Instant::now();
+        let (got, _) = h.replay(0, 100, &s).unwrap();
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "took {:?}",
+            started.elapsed()
+        );
+        let topics: Vec<&str> = got.iter().map(|m| m.topic.as_str()).collect();
+        assert_eq!(topics, ["t7.x", "t9.x"]);
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod publisher;
 pub mod routes;
 pub mod sink;
+mod start_trie;
 pub mod subscriber;
 pub mod topic;
 mod trie;
