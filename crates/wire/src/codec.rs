@@ -163,12 +163,19 @@ pub fn decode_frame(buf: &mut BytesMut, max_frame: usize) -> Result<Option<Frame
         return Ok(Some(frame));
     }
     if let Some((_, len)) = peek_header(buf, max_frame)? {
-        // Grow towards the frame a step at a time: a peer that announces a
-        // large frame and then stalls does not get `max_frame` allocated.
-        let total = LENGTH_PREFIX + len;
-        buf.reserve(total.saturating_sub(buf.len()).min(RESERVE_STEP));
+        buf.reserve(growth_step(LENGTH_PREFIX + len, buf.len()));
     }
     Ok(None)
+}
+
+/// How many more bytes of room to make for a frame of `total` bytes (length
+/// prefix included) of which `have` are buffered: the rest of the frame, but
+/// never more than [`RESERVE_STEP`]. Growing towards a frame a step at a
+/// time, as its bytes arrive, means a peer that announces a large frame and
+/// then stalls does not get `max_frame` allocated. Used by [`decode_frame`]
+/// and by the low-latency connection's read buffer.
+pub(crate) fn growth_step(total: usize, have: usize) -> usize {
+    total.saturating_sub(have).min(RESERVE_STEP)
 }
 
 /// Like [`decode_frame`], but never reserves memory (the caller sizes its

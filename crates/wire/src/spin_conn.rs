@@ -13,8 +13,10 @@
 //! The listener core's rules are kept here because the core no longer sees
 //! the socket: the idle timeout, the partial-frame (read) timeout, byte and
 //! frame counters, and the in-flight budget for a PUBLISH until the hub
-//! took it. The read buffer itself is a fixed per-connection allocation
-//! (bounded by `max_connections`), not drawn from the budget.
+//! took it. The read buffer itself is a per-connection allocation of
+//! [`READ_BUFFER_BYTES`], not drawn from the budget: a larger frame grows
+//! it [`codec::RESERVE_STEP`] at a time as the frame's bytes arrive (never
+//! to what its header announces), and it shrinks back once it is empty.
 
 use std::collections::HashSet;
 use std::io::{ErrorKind, Read, Write};
@@ -29,14 +31,15 @@ use tidegate_hub::{Hub, ListenerMetrics, Pattern};
 use tokio::sync::mpsc::error::{TryRecvError, TrySendError};
 
 use crate::auth::TokenSet;
-use crate::codec::{self, DecodeError};
+use crate::codec::{self, DecodeError, FRAME_HEADER, LENGTH_PREFIX};
 use crate::frame::{AuthToken, Echo, ErrorCode, Frame, FrameType};
 use crate::hub_link::{FromHub, LinkEnd, ToHub};
 use crate::spin_poller::{PassCounts, PolledConn};
 use crate::WireConfig;
 
 /// Read buffer allocated per connection, bytes; only a frame larger than
-/// this grows it (and it shrinks back once that frame is consumed).
+/// this grows it, [`codec::RESERVE_STEP`] at a time as its bytes arrive (see
+/// `make_room_for`), and it shrinks back once that frame is consumed.
 pub(crate) const READ_BUFFER_BYTES: usize = 64 * 1024;
 /// Write buffer allocated per connection, bytes (grows up to
 /// `max_outbound_bytes` for a client that does not read).
@@ -45,8 +48,6 @@ pub(crate) const WRITE_BUFFER_BYTES: usize = 64 * 1024;
 const LINGER: Duration = Duration::from_millis(500);
 /// Most bytes discarded while lingering.
 const LINGER_BYTES: usize = 4 * 1024 * 1024;
-/// Length prefix plus type byte.
-const FRAME_HEADER: usize = 5;
 /// Bytes of an ECHO reply: header plus the 20-byte echo header.
 const ECHO_REPLY_LEN: usize = FRAME_HEADER + Echo::HEADER_LEN;
 
@@ -279,8 +280,9 @@ impl SpinConn {
             }
             if self.rend == self.rbuf.len() {
                 if self.rstart == 0 {
-                    // Full of one frame still incomplete: `process` grew the
-                    // buffer to fit it, so this only happens mid-growth.
+                    // Full, and `process` did not make room: it stopped
+                    // before a frame it cannot take yet (budget, full hub
+                    // queue). An incomplete frame always gets room there.
                     return read_any;
                 }
                 self.compact();
@@ -339,7 +341,7 @@ impl SpinConn {
                 );
                 return Err(self.unauthorized(&text));
             }
-            let total = 4 + len;
+            let total = LENGTH_PREFIX + len;
             if avail.len() < total {
                 self.make_room_for(total);
                 break;
@@ -413,13 +415,27 @@ impl SpinConn {
         Ok(())
     }
 
-    /// Makes the read buffer able to hold a frame of `total` bytes.
+    /// Makes room to read more of the incomplete frame of `total` bytes
+    /// at `rstart`.
+    ///
+    /// A frame that does not fit where it starts is moved to the front.
+    /// The buffer grows only once the frame's bytes fill it, and then by at
+    /// most [`codec::RESERVE_STEP`] (`codec::growth_step`, the rule
+    /// `decode_frame` follows): it never grows past what has arrived plus
+    /// one step, whatever length the header announced. Growth is exact (no
+    /// doubling) and only a frame larger than [`READ_BUFFER_BYTES`] causes
+    /// it; a small frame at the end of the buffer is only moved.
     fn make_room_for(&mut self, total: usize) {
-        if self.rbuf.len() - self.rstart < total {
+        if self.rbuf.len() - self.rstart >= total {
+            return;
+        }
+        if self.rstart > 0 {
             self.compact();
-            if self.rbuf.len() < total {
-                self.rbuf.resize(total, 0);
-            }
+        }
+        if self.rend == self.rbuf.len() {
+            let step = codec::growth_step(total, self.rend);
+            self.rbuf.reserve_exact(step);
+            self.rbuf.resize(self.rend + step, 0);
         }
     }
 
@@ -694,5 +710,235 @@ impl PolledConn for SpinConn {
     }
     fn is_stalled(&self) -> bool {
         SpinConn::is_stalled(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::atomic::AtomicU64;
+
+    use proptest::prelude::*;
+    use tidegate_hub::Message;
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::codec::RESERVE_STEP;
+    use crate::hub_link::{FROM_HUB_CAPACITY, TO_HUB_CAPACITY};
+
+    /// A connection on the server end of a loopback socket, driven by hand:
+    /// the client end, and the hub task's ends of the link (no hub task
+    /// runs: requests stay queued for the test to inspect).
+    struct Harness {
+        conn: SpinConn,
+        client: TcpStream,
+        requests: mpsc::Receiver<ToHub>,
+        _answers: mpsc::Sender<FromHub>,
+        counts: PassCounts,
+        /// What the server wrote to the client.
+        replies: Vec<u8>,
+    }
+
+    impl Harness {
+        fn new() -> Self {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (server, _) = listener.accept().unwrap();
+            server.set_nonblocking(true).unwrap();
+            server.set_nodelay(true).unwrap();
+            client.set_nonblocking(true).unwrap();
+            let hub = Hub::default();
+            let ctx = Arc::new(SpinContext {
+                metrics: hub.metrics().listener("wire"),
+                hub,
+                config: Arc::new(WireConfig::default()),
+                tokens: Arc::new(TokenSet::new::<&str>(&[])),
+            });
+            let (to_hub, requests) = mpsc::channel(TO_HUB_CAPACITY);
+            let (answers, from_hub) = mpsc::channel(FROM_HUB_CAPACITY);
+            let link = LinkEnd {
+                to_hub,
+                from_hub,
+                sent: 0,
+                done: Arc::new(AtomicU64::new(0)),
+            };
+            let sock = mio::net::TcpStream::from_std(server);
+            Harness {
+                conn: SpinConn::new(sock, ctx, link, None, None),
+                client,
+                requests,
+                _answers: answers,
+                counts: PassCounts::default(),
+                replies: Vec::new(),
+            }
+        }
+
+        /// Writes `bytes` and polls the connection until it has read all of
+        /// them, calling `check` with the connection and the bytes it has
+        /// read so far after every pass.
+        fn send(&mut self, bytes: &[u8], check: impl Fn(&SpinConn, usize)) {
+            let target = self.counts.bytes_in + bytes.len();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut off = 0;
+            while self.counts.bytes_in < target {
+                if off < bytes.len() {
+                    match self.client.write(&bytes[off..]) {
+                        Ok(n) => off += n,
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                        Err(e) => panic!("client write: {e}"),
+                    }
+                }
+                self.conn.poll(Instant::now(), &mut self.counts);
+                assert_eq!(self.conn.state, State::Open, "the connection closed");
+                check(&self.conn, self.counts.bytes_in);
+                self.read_replies();
+                assert!(
+                    Instant::now() < deadline,
+                    "the connection read {} of {target} bytes",
+                    self.counts.bytes_in
+                );
+            }
+        }
+
+        /// Takes what the server has written so far.
+        fn read_replies(&mut self) {
+            let mut b = [0u8; 16 * 1024];
+            loop {
+                match self.client.read(&mut b) {
+                    Ok(0) => panic!("the server closed the connection"),
+                    Ok(n) => self.replies.extend_from_slice(&b[..n]),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                    Err(e) => panic!("client read: {e}"),
+                }
+            }
+        }
+    }
+
+    /// The most the read buffer may hold once `received` bytes of one frame
+    /// have arrived: its usual size, or what arrived plus one step.
+    fn bound(received: usize) -> usize {
+        READ_BUFFER_BYTES.max(received + RESERVE_STEP)
+    }
+
+    fn check_bound(conn: &SpinConn, received: usize) {
+        let capacity = conn.rbuf.capacity();
+        assert!(
+            capacity <= bound(received),
+            "read buffer of {capacity} bytes after {received} bytes arrived"
+        );
+    }
+
+    fn echo_request(correlation_id: i64) -> BytesMut {
+        let mut b = BytesMut::new();
+        codec::encode_echo(Echo::RESPOND, 7, correlation_id, &[], &mut b).unwrap();
+        b
+    }
+
+    #[test]
+    fn a_header_announcing_a_maximum_frame_allocates_at_most_one_step() {
+        let mut h = Harness::new();
+        let max_frame = h.conn.ctx.config.max_frame;
+        let mut header = (max_frame as u32).to_le_bytes().to_vec();
+        header.push(FrameType::Publish as u8);
+        h.send(&header, check_bound);
+        assert_eq!(h.conn.rend - h.conn.rstart, FRAME_HEADER);
+        assert_eq!(h.conn.rbuf.capacity(), READ_BUFFER_BYTES);
+
+        // Body bytes arriving grow it a step ahead of them at most.
+        h.send(&vec![0u8; 3 * RESERVE_STEP + 1000], check_bound);
+        let received = h.counts.bytes_in;
+        assert_eq!(h.conn.rend - h.conn.rstart, received);
+        assert!(h.conn.rbuf.capacity() <= received + RESERVE_STEP);
+        assert!(h.conn.rbuf.capacity() < max_frame);
+    }
+
+    #[test]
+    fn small_frames_reuse_the_read_buffer() {
+        let mut h = Harness::new();
+        let buffer = h.conn.rbuf.as_ptr();
+        let mut stream = BytesMut::new();
+        let n = 20_000;
+        for i in 0..n {
+            stream.extend_from_slice(&echo_request(i));
+        }
+        // In uneven pieces, so frames straddle the end of the buffer.
+        for piece in stream.chunks(7 * 1024 + 13) {
+            h.send(piece, |c, _| {
+                assert_eq!(c.rbuf.as_ptr(), buffer, "the read buffer moved");
+                assert_eq!(c.rbuf.capacity(), READ_BUFFER_BYTES);
+            });
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while h.replies.len() < n as usize * ECHO_REPLY_LEN {
+            h.conn.poll(Instant::now(), &mut h.counts);
+            h.read_replies();
+            assert!(Instant::now() < deadline, "{} reply bytes", h.replies.len());
+        }
+        let mut replies = BytesMut::from(&h.replies[..]);
+        for i in 0..n {
+            let reply = codec::decode_frame(&mut replies, usize::MAX).unwrap();
+            match reply {
+                Some(Frame::Echo(e)) => assert_eq!(e.correlation_id, i),
+                other => panic!("reply {i}: {other:?}"),
+            }
+        }
+        assert!(replies.is_empty());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// A PUBLISH larger than the buffer, split anywhere, decodes to the
+        /// message sent; the buffer stays within a step of what arrived,
+        /// returns to its usual size, and the next frame is read in order.
+        #[test]
+        fn a_large_frame_in_pieces_decodes_with_the_buffer_a_step_ahead(
+            payload_len in 0usize..(4 * RESERVE_STEP),
+            fill in any::<u8>(),
+            cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..8),
+        ) {
+            let payload: Vec<u8> = (0..payload_len)
+                .map(|i| (i as u8).wrapping_mul(31) ^ fill)
+                .collect();
+            let msg = Message::new("big.frame", payload)
+                .with_key(&b"k"[..])
+                .with_attribute("a", "b");
+            let mut frame = BytesMut::new();
+            codec::encode_message(FrameType::Publish, &msg, &mut frame).unwrap();
+            let mut cuts: Vec<usize> = cuts.iter().map(|c| c.index(frame.len())).collect();
+            cuts.push(0);
+            cuts.push(frame.len());
+            cuts.sort_unstable();
+            cuts.dedup();
+
+            let mut h = Harness::new();
+            for w in cuts.windows(2) {
+                h.send(&frame[w[0]..w[1]], check_bound);
+            }
+            match h.requests.try_recv() {
+                Ok(ToHub::Publish(got, permit)) => {
+                    prop_assert_eq!(got, msg);
+                    drop(permit);
+                }
+                other => panic!("expected the PUBLISH, got {other:?}"),
+            }
+            prop_assert_eq!((h.conn.rstart, h.conn.rend), (0, 0));
+            prop_assert_eq!(h.conn.rbuf.capacity(), READ_BUFFER_BYTES);
+
+            // The stream is still in step: an ECHO after it is answered (behind
+            // the PUBLISH no hub task completes, so through the hub queue).
+            let echo = echo_request(42);
+            h.send(&echo, check_bound);
+            match h.requests.try_recv() {
+                Ok(ToHub::Reply(b)) => {
+                    let mut b = BytesMut::from(&b[..]);
+                    match codec::decode_frame(&mut b, usize::MAX).unwrap() {
+                        Some(Frame::Echo(e)) => prop_assert_eq!(e.correlation_id, 42),
+                        other => panic!("expected an ECHO reply, got {other:?}"),
+                    }
+                }
+                other => panic!("expected the ECHO reply, got {other:?}"),
+            }
+        }
     }
 }
