@@ -12,7 +12,9 @@
 //!
 //! Limits: at most [`MAX_BATCH_OPS`] entries, keys of at most
 //! [`MAX_KEY_BYTES`], and the body itself bounded by the HTTP server's
-//! `max_body_bytes` (requests) or the client's response limit.
+//! `max_body_bytes` plus [`crate::INTERNAL_BODY_ALLOWANCE`] (requests: a
+//! batch carries a client body of up to `max_body_bytes` with its framing)
+//! or the client's response limit.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use thiserror::Error;
@@ -22,6 +24,11 @@ use crate::record::Record;
 
 /// Most operations in one batch.
 pub const MAX_BATCH_OPS: usize = 4096;
+
+/// Bytes one operation adds to a batch body besides its key and value:
+/// op, key length, record length, and the record's own header (with an
+/// expiry).
+pub const OP_OVERHEAD_BYTES: usize = 1 + 2 + 4 + crate::record::HEADER_BYTES + 8;
 
 const OP_GET: u8 = 1;
 const OP_PUT: u8 = 2;

@@ -44,14 +44,17 @@ use crate::client::{ReplicaError, BATCH_PATH, MAX_RECORD_RESPONSE_BYTES};
 /// BENCHMARKS.md, kv), and a second slot still lets a batch leave while a
 /// slow one is answered.
 pub const BATCHES_IN_FLIGHT: usize = 2;
-/// Most value bytes in one batch (a batch also stops at [`MAX_BATCH_OPS`]).
-const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
+/// A batch takes no more operations once its body reaches this many bytes
+/// (it also stops at [`MAX_BATCH_OPS`]); the last one may take it past,
+/// by at most one operation ([`crate::INTERNAL_BODY_ALLOWANCE`]).
+pub const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
 
 /// An operation waiting in a peer's queue, and where its answer goes.
 pub(crate) struct Queued {
     /// The operation.
     pub op: BatchOp,
-    /// Its key and value bytes, for the batch size limit.
+    /// Its bytes in the batch body (key, value and framing), for the
+    /// batch size limit.
     pub size: usize,
     /// Where its reply goes.
     pub done: oneshot::Sender<Result<BatchReply, ReplicaError>>,

@@ -159,10 +159,11 @@ impl ReplicaClient {
         node: &str,
         op: BatchOp,
     ) -> Result<BatchReply, ReplicaError> {
-        let size = match &op {
-            BatchOp::Get(k) => k.len(),
-            BatchOp::Put(k, r) => k.len() + r.value.len(),
-        };
+        let size = crate::batch::OP_OVERHEAD_BYTES
+            + match &op {
+                BatchOp::Get(k) => k.len(),
+                BatchOp::Put(k, r) => k.len() + r.value.len(),
+            };
         let (done, answer) = oneshot::channel();
         let gone = || ReplicaError::Transport {
             node: node.to_owned(),

@@ -46,3 +46,18 @@ pub use engine::Engine;
 pub use error::KvError;
 pub use record::Record;
 pub use store::KvStore;
+
+/// Path prefix of the signed node-to-node requests.
+pub const INTERNAL_PATH_PREFIX: &str = "/v0/internal/";
+
+/// Bytes a node-to-node request body may carry beyond the `[http]`
+/// `max_body_bytes` that bounds a client's: a replica batch carries client
+/// values of up to that size with their keys and framing, and stops taking
+/// operations at [`batch_sender::MAX_BATCH_BYTES`] (so it is bounded by
+/// that, plus one last operation, plus every operation's framing). The
+/// `[http]` server allows it on [`INTERNAL_PATH_PREFIX`]; without it a PUT
+/// of a body near `max_body_bytes` could not be replicated, and with a
+/// small `max_body_bytes` neither could a batch of small ones.
+pub const INTERNAL_BODY_ALLOWANCE: usize = batch_sender::MAX_BATCH_BYTES
+    + config::MAX_KEY_BYTES
+    + batch::MAX_BATCH_OPS * batch::OP_OVERHEAD_BYTES;

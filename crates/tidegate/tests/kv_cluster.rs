@@ -219,3 +219,47 @@ fn forged_or_unsigned_internal_writes_are_refused() {
         (200, b"evil".to_vec())
     );
 }
+
+/// A client body of up to `[http] max_body_bytes` is accepted, so it must
+/// reach every replica: a replica batch carries it with its key and
+/// framing (over the limit by a few bytes), and with a small limit a batch
+/// of many small writes is larger than any one body.
+#[test]
+fn bodies_up_to_max_body_bytes_replicate_and_batches_are_not_refused_by_the_limit() {
+    let mut nodes = cluster(3, "");
+    for n in &mut nodes {
+        n.http = "max_body_bytes = 65536".into();
+        n.start();
+    }
+    let full = vec![b'x'; 65536];
+    assert_eq!(
+        nodes[0]
+            .req("PUT", &entity("full", "&ack=3&from=3"), &full)
+            .0,
+        201
+    );
+    for n in &nodes {
+        assert!(holds(n, "full"), "a replica lacks the full-size value");
+    }
+    // Many concurrent 1 KiB writes: batches of them exceed 64 KiB.
+    let addr = nodes[0].addr;
+    let writers: Vec<_> = (0..16)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut refused = Vec::new();
+                for i in 0..100 {
+                    let path = entity(&format!("w{t}-{i}"), "&ack=3&from=3");
+                    let (status, _) = request(addr, "PUT", &path, &[b'v'; 1024]);
+                    if status != 201 {
+                        refused.push(status);
+                    }
+                }
+                refused
+            })
+        })
+        .collect();
+    for w in writers {
+        let refused = w.join().unwrap();
+        assert!(refused.is_empty(), "PUTs answered {refused:?}");
+    }
+}

@@ -75,12 +75,24 @@ where
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
+        // KV's signed node-to-node requests carry client bodies of up to
+        // the limit with their framing (tidegate_kv::INTERNAL_BODY_ALLOWANCE).
+        let max_body = match req
+            .uri()
+            .path()
+            .starts_with(tidegate_kv::INTERNAL_PATH_PREFIX)
+        {
+            true => self
+                .max_body
+                .saturating_add(tidegate_kv::INTERNAL_BODY_ALLOWANCE),
+            false => self.max_body,
+        };
         let announced = req
             .headers()
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        if announced.is_some_and(|n| n > self.max_body as u64) {
+        if announced.is_some_and(|n| n > max_body as u64) {
             return Answered::Refused {
                 response: Some(too_large(self.max_body)),
             };
@@ -91,7 +103,7 @@ where
         // FlowFiles until commit) takes these bytes with it.
         parts.extensions.insert(held.clone());
         let body = MeteredBody {
-            inner: http_body_util::Limited::new(body, self.max_body),
+            inner: http_body_util::Limited::new(body, max_body),
             budget: self.budget.clone(),
             held: held.clone(),
             waiting: None,
