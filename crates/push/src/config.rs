@@ -10,6 +10,8 @@ use tidegate_hub::{OverflowPolicy, SubscriberOptions};
 pub const DEFAULT_PING_INTERVAL_MS: u64 = 25_000;
 /// Default time a client has to answer a ping (Engine.IO `pingTimeout`).
 pub const DEFAULT_PING_TIMEOUT_MS: u64 = 20_000;
+/// Default `connect_timeout_ms` (the npm server's `connectTimeout`).
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 45_000;
 /// Default largest polling request or response body, and largest websocket
 /// message (Engine.IO `maxPayload`, the reference's `maxHttpBufferSize`).
 pub const DEFAULT_MAX_PAYLOAD: usize = 1_000_000;
@@ -77,6 +79,9 @@ pub struct PushConfig {
     pub max_payload: usize,
     /// Milliseconds a probed websocket has to complete the upgrade.
     pub upgrade_timeout_ms: u64,
+    /// Milliseconds a Socket.IO connection has to CONNECT to a namespace
+    /// (the npm server's `connectTimeout`); 0: no limit.
+    pub connect_timeout_ms: u64,
     /// Messages a session's hub queue holds before the overflow policy applies.
     pub queue_capacity: usize,
     /// What a full session queue does: `drop-oldest` (counted) or `disconnect`.
@@ -149,6 +154,7 @@ impl Default for PushConfig {
             ping_timeout_ms: DEFAULT_PING_TIMEOUT_MS,
             max_payload: DEFAULT_MAX_PAYLOAD,
             upgrade_timeout_ms: DEFAULT_UPGRADE_TIMEOUT_MS,
+            connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
             overflow: OverflowPolicy::DropOldest,
             max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,

@@ -265,3 +265,24 @@ async fn garbage_and_oversize_payloads_close_only_their_session() {
         String::from_utf8_lossy(&body)
     );
 }
+
+#[tokio::test]
+async fn a_socket_io_connection_that_never_connects_a_namespace_is_closed() {
+    let s = Server::start(PushConfig {
+        connect_timeout_ms: 300,
+        ..PushConfig::default()
+    })
+    .await;
+    let idle = s.open("/socket.io/").await;
+    let joined = s.open("/socket.io/").await;
+    assert_eq!(s.post("/socket.io/", &joined, b"40").await.0, 200);
+    assert!(s.get("/socket.io/", &joined).await.1.starts_with(b"40"));
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    // The one that never sent a CONNECT is gone; the other stays.
+    assert_eq!(s.post("/socket.io/", &idle, b"40").await.0, 400);
+    assert_eq!(s.post("/socket.io/", &joined, b"41").await.0, 200);
+    // `/engine.io/` has no namespaces: never closed for it.
+    let plain = s.open("/engine.io/").await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(s.post("/engine.io/", &plain, b"4x").await.0, 200);
+}

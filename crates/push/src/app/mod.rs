@@ -56,6 +56,11 @@ impl App {
         }
     }
 
+    /// A Socket.IO connection that has not CONNECTed to any namespace yet.
+    pub fn awaiting_connect(&self) -> bool {
+        matches!(self, App::SocketIo(a) if a.awaiting_connect())
+    }
+
     /// The session sent a ping (its periodic tick).
     pub fn on_ping(&mut self, ctx: &PushContext) {
         if let App::SocketIo(a) = self {

@@ -289,7 +289,14 @@ impl SocketIoApp {
         self.recovery.as_ref().map(|t| t.handle().clone())
     }
 
-    /// Whether there is anything to recover (a namespace still joined).
+    /// No namespace joined: a connection that has not CONNECTed yet
+    /// counts against `connect_timeout_ms`.
+    pub fn awaiting_connect(&self) -> bool {
+        self.nsps.is_empty()
+    }
+
+    /// Whether this session's state can be recovered (recovery on, a
+    /// namespace joined).
     pub fn recoverable(&self) -> bool {
         self.recovery.is_some() && !self.nsps.is_empty()
     }

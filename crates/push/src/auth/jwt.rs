@@ -32,6 +32,9 @@ pub enum JwtError {
     /// `exp` is in the past.
     #[error("token expired")]
     Expired,
+    /// `nbf` is in the future.
+    #[error("token not valid yet")]
+    NotYetValid,
     /// A `subscribe` / `publish` claim holds a malformed pattern.
     #[error("token claim {0:?} holds a malformed pattern")]
     BadClaim(&'static str),
@@ -44,8 +47,11 @@ pub struct KeyError(String);
 
 #[derive(Deserialize)]
 struct Claims {
+    /// RFC 7519 NumericDate: seconds, possibly with a fraction.
     #[serde(default)]
-    exp: Option<u64>,
+    exp: Option<f64>,
+    #[serde(default)]
+    nbf: Option<f64>,
     #[serde(default)]
     sub: Option<String>,
     #[serde(default)]
@@ -123,8 +129,17 @@ impl JwtVerifier {
                 _ => JwtError::Malformed,
             })?
             .claims;
-        if claims.exp.is_some_and(|exp| exp <= now_s) {
+        let now = now_s as f64;
+        // A NaN never compares true: refused as malformed instead of
+        // passing both checks.
+        if claims.exp.is_some_and(f64::is_nan) || claims.nbf.is_some_and(f64::is_nan) {
+            return Err(JwtError::Malformed);
+        }
+        if claims.exp.is_some_and(|exp| exp <= now) {
             return Err(JwtError::Expired);
+        }
+        if claims.nbf.is_some_and(|nbf| nbf > now) {
+            return Err(JwtError::NotYetValid);
         }
         Grants::new(claims.sub, &claims.subscribe, &claims.publish)
     }
@@ -166,6 +181,19 @@ mod tests {
     const RSA_PRIVATE: &str = include_str!("../../tests/keys/rs256_private.pem");
     const RSA_PUBLIC: &str = include_str!("../../tests/keys/rs256_public.pem");
     const OTHER_PRIVATE: &str = include_str!("../../tests/keys/other_private.pem");
+
+    #[test]
+    fn exp_and_nbf_are_numeric_dates_fractions_allowed() {
+        let at = |claims: serde_json::Value| verify(&sign(&claims, KEY), KEY, 1000);
+        assert!(at(json!({"exp": 1000.5})).is_ok());
+        assert_eq!(at(json!({"exp": 999.5})).unwrap_err(), JwtError::Expired);
+        assert_eq!(
+            at(json!({"nbf": 1000.5})).unwrap_err(),
+            JwtError::NotYetValid
+        );
+        assert!(at(json!({"nbf": 1000, "exp": 1001})).is_ok());
+        assert_eq!(at(json!({"exp": "soon"})).unwrap_err(), JwtError::Malformed);
+    }
 
     #[test]
     fn a_good_token_grants_its_claims() {

@@ -54,6 +54,10 @@ pub async fn run(
     let timeout = Duration::from_millis(ctx.config.ping_timeout_ms);
     let mut next_ping = Instant::now() + interval;
     let mut pong_due: Option<Instant> = None;
+    // Cleared for good by the first namespace CONNECT (as in the npm
+    // server): a connection that never joins one holds a session slot.
+    let mut connect_due = (ctx.config.connect_timeout_ms > 0 && app.awaiting_connect())
+        .then(|| Instant::now() + Duration::from_millis(ctx.config.connect_timeout_ms));
     // Grown on the first delivery: an idle session holds no batch buffer.
     let mut batch = Vec::new();
     let mut frames = Vec::new();
@@ -106,6 +110,12 @@ pub async fn run(
                 if let Err(e) = r {
                     break End::Fatal(e.0);
                 }
+                if connect_due.is_some() && !app.awaiting_connect() {
+                    connect_due = None;
+                }
+            }
+            _ = sleep_until(connect_due.unwrap_or_else(Instant::now)), if connect_due.is_some() => {
+                break End::Fatal("no namespace CONNECT within connect_timeout_ms".into());
             }
             _ = sleep_until(next_ping), if pong_due.is_none() => {
                 session.send_text(&b"2"[..]);
