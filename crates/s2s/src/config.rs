@@ -48,6 +48,12 @@ pub const DEFAULT_MAX_CONTENT_BYTES: u64 = 64 << 20;
 pub const DEFAULT_MAX_TRANSACTION_FLOWFILES: u64 = 100_000;
 /// Most bytes (uncompressed packets) in one transaction.
 pub const DEFAULT_MAX_TRANSACTION_BYTES: u64 = 256 << 20;
+/// Longest one transaction may stay open (ms): 120 s, the time a
+/// transaction of the default `max_transaction_bytes` (256 MiB) takes at the
+/// slowest rate the default `read_timeout_ms` lets a FlowFile of the default
+/// `max_content_bytes` arrive at (64 MiB in 30 s), and twice the `[http]`
+/// `request_timeout_ms` a flow-files POST may take.
+pub const DEFAULT_MAX_TRANSACTION_MS: u64 = 120_000;
 /// HTTP transaction time-to-live, advertised to clients (seconds).
 pub const DEFAULT_HTTP_TRANSACTION_TTL_SECS: u64 = 30;
 /// Most open HTTP transactions.
@@ -137,6 +143,17 @@ pub struct S2sConfig {
     pub max_transaction_flowfiles: u64,
     /// Most uncompressed bytes per transaction.
     pub max_transaction_bytes: u64,
+    /// Longest one transaction may stay open, milliseconds; `0` is no
+    /// limit. A transaction holds its bytes of the in-flight budget until it
+    /// ends, and `read_timeout_ms` only bounds each wait for the next bytes,
+    /// so without this a client trickling small fields could hold them
+    /// forever. RAW: from `SEND_FLOWFILES` / `RECEIVE_FLOWFILES` to the
+    /// client's confirmation (a commit already under way is not cut short);
+    /// past it the connection is closed and the transaction rolled back
+    /// (`kind="transaction_timeout"`). HTTP: from `POST …/transactions`,
+    /// however often the client extends it; past it the transaction expires
+    /// as if its TTL had run out.
+    pub max_transaction_ms: u64,
     /// HTTP transaction time-to-live (s).
     pub http_transaction_ttl_secs: u64,
     /// Most open HTTP transactions.
@@ -163,6 +180,7 @@ impl Default for S2sConfig {
             max_content_bytes: DEFAULT_MAX_CONTENT_BYTES,
             max_transaction_flowfiles: DEFAULT_MAX_TRANSACTION_FLOWFILES,
             max_transaction_bytes: DEFAULT_MAX_TRANSACTION_BYTES,
+            max_transaction_ms: DEFAULT_MAX_TRANSACTION_MS,
             http_transaction_ttl_secs: DEFAULT_HTTP_TRANSACTION_TTL_SECS,
             max_http_transactions: DEFAULT_MAX_HTTP_TRANSACTIONS,
             output_queue_capacity: DEFAULT_OUTPUT_QUEUE_CAPACITY,
@@ -193,6 +211,12 @@ impl S2sConfig {
     /// [`Duration::MAX`].
     pub fn idle_timeout(&self) -> Duration {
         millis_or_never(self.listener.idle_timeout_ms)
+    }
+
+    /// `max_transaction_ms` as a duration; `0` (no limit) is
+    /// [`Duration::MAX`].
+    pub fn max_transaction(&self) -> Duration {
+        millis_or_never(self.max_transaction_ms)
     }
 
     /// How long open connections may finish after shutdown starts.
@@ -273,6 +297,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.input_ports[0].allowed_dns, vec!["CN=x".to_string()]);
         assert_eq!(c.max_attributes, 25_000);
+        assert_eq!(c.max_transaction(), Duration::from_secs(120));
         assert_eq!(c.listener.listen.to_string(), "127.0.0.1:1");
     }
 
@@ -296,6 +321,8 @@ mod tests {
         .unwrap();
         assert_eq!(c.max_connections, 7);
         assert_eq!(c.read_timeout(), Duration::MAX, "0 is no limit");
+        let unbounded: S2sConfig = toml::from_str("max_transaction_ms = 0\n").unwrap();
+        assert_eq!(unbounded.max_transaction(), Duration::MAX, "0 is no limit");
         let tls = c.listener.tls.as_ref().unwrap();
         assert_eq!(tls.client_auth, tidegate_listener::ClientAuth::Required);
         assert!(c.secure());

@@ -3,17 +3,19 @@
 //! extension, cancel, bad checksum, unknown port and transaction, output
 //! port with checksum check; and the requests NiFi refuses (wrong `Accept`
 //! or `Content-Type`, no protocol version, unknown or expired transaction)
-//! refused the same way.
+//! refused the same way. Transactions a client abandons are rolled back by
+//! the periodic sweep, without waiting for another request, and none lives
+//! past `max_transaction_ms` however often it is extended.
 
 mod common;
 
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use common::{start, test_config};
-use tidegate_hub::{Hub, Message};
+use common::{start, test_config, wait_until};
+use tidegate_hub::{Hub, InflightBudget, Message, RouteTable};
 use tidegate_s2s::client::{discover, HttpS2sClient};
-use tidegate_s2s::codec::{encode_packet, DataPacket};
+use tidegate_s2s::codec::{encode_compressed, encode_packet, DataPacket};
 
 const T: Duration = Duration::from_secs(5);
 
@@ -458,4 +460,116 @@ async fn the_client_extends_a_transaction_older_than_half_its_ttl() {
     c.confirm().await.unwrap();
     assert!(!c.complete().await.unwrap());
     assert_eq!(sub.recv().await.unwrap().payload, &b"slow"[..]);
+}
+
+#[tokio::test]
+async fn abandoned_flow_files_give_their_budget_back_after_the_ttl_with_no_other_request() {
+    let hub = Hub::with_budget(RouteTable::default(), InflightBudget::new(64 << 20));
+    let sub = hub.subscribe("s2s.input").unwrap();
+    let mut config = test_config();
+    config.http_transaction_ttl_secs = 1;
+    let srv = start(config, hub.clone()).await;
+    let id = srv.ports.inputs()[0].id.clone();
+    // 1 MiB of zeros, compressed: what it inflates to is held in the budget
+    // (the bytes on the wire are the [http] server's, not metered here).
+    let p = DataPacket {
+        attributes: vec![],
+        content: Bytes::from(vec![0u8; 1 << 20]),
+    };
+    let (mut plain, mut wire) = (BytesMut::new(), BytesMut::new());
+    encode_packet(&p, &mut plain);
+    encode_compressed(&plain, &mut wire);
+    let headers = [
+        ("content-type", "application/octet-stream"),
+        ("x-nifi-site-to-site-use-compression", "true"),
+    ];
+
+    let tx = open_tx(srv.http, &id).await;
+    let opened = tokio::time::Instant::now();
+    let (st, _, _) = req(
+        srv.http,
+        "POST",
+        &format!("{tx}/flow-files"),
+        &headers,
+        &wire,
+    )
+    .await;
+    assert_eq!(st, 202);
+    assert!(
+        hub.budget().in_use() >= (1 << 20) - wire.len(),
+        "the FlowFiles are held: {}",
+        hub.budget().in_use()
+    );
+    // The client goes away: no commit, no other request from anyone.
+    wait_until("the budget is given back", Duration::from_secs(5), || {
+        hub.budget().in_use() == 0
+    })
+    .await;
+    let took = opened.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_millis(4_000),
+        "given back {took:?} after the transaction opened, TTL 1 s"
+    );
+    assert_eq!(srv.ports.metrics().error_count("transaction_expired"), 1);
+    let (st, _, _) = req(
+        srv.http,
+        "DELETE",
+        &format!("{tx}?responseCode=12"),
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(st, 404, "too late to commit");
+    assert!(sub.is_empty());
+}
+
+#[tokio::test]
+async fn abandoned_output_messages_go_back_to_their_port_with_no_other_request() {
+    let hub = Hub::default();
+    let mut config = test_config();
+    config.http_transaction_ttl_secs = 1;
+    let srv = start(config, hub.clone()).await;
+    let port = &srv.ports.outputs()[0];
+    let base = format!(
+        "/nifi-api/data-transfer/output-ports/{}/transactions",
+        port.id
+    );
+    hub.publish(Message::new("s2s.output", "abandoned"))
+        .await
+        .unwrap();
+    let (_, head, _) = req(srv.http, "POST", &base, &[], b"").await;
+    let tx = location(&head);
+    let (st, _, body) = req(srv.http, "GET", &format!("{tx}/flow-files"), &[], b"").await;
+    assert_eq!(st, 202);
+    assert!(body.ends_with("abandoned"));
+    assert!(port.is_empty(), "taken by the transaction");
+    wait_until("the message is requeued", Duration::from_secs(5), || {
+        port.len() == 1
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn extending_does_not_keep_a_transaction_past_max_transaction_ms() {
+    let hub = Hub::default();
+    let mut config = test_config();
+    config.http_transaction_ttl_secs = 1;
+    config.max_transaction_ms = 1_500;
+    let srv = start(config, hub.clone()).await;
+    let id = srv.ports.inputs()[0].id.clone();
+    let tx = open_tx(srv.http, &id).await;
+    let opened = tokio::time::Instant::now();
+    let gone = loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let (st, _, _) = req(srv.http, "PUT", &tx, &[], b"").await;
+        if st != 200 {
+            assert_eq!(st, 404);
+            break opened.elapsed();
+        }
+        assert!(opened.elapsed() < T, "extended for {:?}", opened.elapsed());
+    };
+    assert!(
+        gone >= Duration::from_millis(1_400) && gone < Duration::from_millis(4_000),
+        "gone after {gone:?}"
+    );
 }

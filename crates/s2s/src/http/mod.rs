@@ -1,9 +1,11 @@
 //! Site-to-Site over HTTP, served under `/nifi-api/` on the `[http]`
 //! listener: discovery (`discovery`) and the HTTP transport
-//! (`transport`) with its transaction table (`transactions`).
+//! (`transport`) with its transaction table (`transactions`), swept of
+//! expired transactions on a timer (`sweeper`).
 
 mod discovery;
 mod negotiate;
+mod sweeper;
 mod transactions;
 mod transport;
 
@@ -34,10 +36,12 @@ pub const LOCATION_INTENT_TRANSACTION: &str = "transaction-url";
 #[derive(Debug)]
 pub(crate) struct HttpState {
     pub(crate) ports: S2sPorts,
-    pub(crate) transactions: HttpTransactions,
+    pub(crate) transactions: Arc<HttpTransactions>,
     pub(crate) http_port: u16,
     pub(crate) http_secure: bool,
     pub(crate) raw_port: Option<u16>,
+    /// Stops the sweep of `transactions` when the router is dropped.
+    _sweeper: sweeper::Sweeper,
 }
 
 /// Routes under `/nifi-api/` serving `ports` (share them with
@@ -46,14 +50,23 @@ pub(crate) struct HttpState {
 /// peer list), `http_secure` whether that listener has TLS (the peer list's
 /// `secure`, from which a client picks `https`), `raw_port` the RAW
 /// listener's port if enabled.
+///
+/// Spawns the periodic sweep that rolls back expired transactions (and gives
+/// back their in-flight budget) without waiting for a request; it ends when
+/// the router and every clone of it are dropped, that is with the server
+/// that serves it. Must be called inside a tokio runtime.
 pub fn router_with_ports(
     ports: S2sPorts,
     http_port: u16,
     http_secure: bool,
     raw_port: Option<u16>,
 ) -> axum::Router {
-    let transactions = HttpTransactions::new(ports.config());
+    let transactions = Arc::new(HttpTransactions::new(
+        ports.config(),
+        ports.metrics().clone(),
+    ));
     let state = Arc::new(HttpState {
+        _sweeper: sweeper::spawn(transactions.clone()),
         ports,
         transactions,
         http_port,

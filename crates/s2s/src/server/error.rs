@@ -1,6 +1,7 @@
 //! [`SessionError`]: why a RAW connection ended early.
 
 use std::io;
+use std::time::Duration;
 
 use thiserror::Error;
 
@@ -17,6 +18,10 @@ pub enum SessionError {
     /// A read took longer than its timeout.
     #[error("timed out waiting for {0}")]
     Timeout(&'static str),
+    /// The transaction was still open when `max_transaction_ms` (this
+    /// duration) ran out, however steadily its bytes arrived.
+    #[error("transaction still open after max_transaction_ms ({0:?})")]
+    TransactionTimeout(Duration),
     /// A socket error.
     #[error("i/o error: {0}")]
     Io(#[from] io::Error),
@@ -61,6 +66,7 @@ impl SessionError {
         match self {
             SessionError::Eof => "eof_in_transaction",
             SessionError::Timeout(_) => "read_timeout",
+            SessionError::TransactionTimeout(_) => "transaction_timeout",
             SessionError::Io(_) => "io",
             SessionError::Codec(_) => "bad_frame",
             SessionError::Protocol(_) => "protocol",

@@ -10,6 +10,14 @@
 //! reaches the hub before the client's CONFIRM. The bytes of the packets are
 //! taken from the hub's in-flight byte budget before they are read (by the
 //! listener core) and held until the transaction ends, whichever way.
+//!
+//! The client's part, up to its CONFIRM, must end within
+//! `max_transaction_ms`. `read_timeout_ms` bounds each wait for the next
+//! bytes, and the listener core's partial-frame clock restarts with every
+//! field the decoder consumes, so neither stops a client that sends one
+//! small field at a time, just in time: with 25,000 attributes per FlowFile
+//! and 100,000 FlowFiles it could keep the transaction, and the budget it
+//! holds, for days.
 
 use tidegate_listener::inbound::DEFAULT_MAX_READ_BYTES;
 
@@ -22,11 +30,44 @@ use crate::codec::{decode_response, encode_response, DataPacket, PacketDecoder, 
 use crate::ports::InputPort;
 
 pub(crate) async fn run(s: &mut Session, port: &InputPort) -> Result<(), SessionError> {
+    let limit = s.ports.config().max_transaction();
+    // Dropping the client's part at the deadline drops what it holds: the
+    // packets and their budget. Nothing of it reached the hub yet.
+    let received = tokio::time::timeout(limit, receive(s, port))
+        .await
+        .map_err(|_| SessionError::TransactionTimeout(limit))??;
+    // Cancelled by the client.
+    let Some((packets, held)) = received else {
+        return Ok(());
+    };
+
+    // Not under the deadline: once the FlowFiles are published, cutting the
+    // wait for their acknowledgement short would have the client send them
+    // again.
+    let committed = s.ports.commit(port, packets).await?;
+    // The bytes stay held until the route has acknowledged them.
+    drop(held);
+    let code = if committed.destination_full {
+        ResponseCode::TransactionFinishedButDestinationFull
+    } else {
+        ResponseCode::TransactionFinished
+    };
+    encode_response(code, None, &mut s.io.wbuf);
+    Ok(())
+}
+
+/// The client's part: packets until `FINISH`, our checksum, its `CONFIRM`.
+/// The packets to commit with the budget they hold, or `None` when the
+/// client cancelled.
+async fn receive(
+    s: &mut Session,
+    port: &InputPort,
+) -> Result<Option<(Vec<DataPacket>, TransactionBudget)>, SessionError> {
     let cfg = s.ports.config();
     let t = cfg.read_timeout();
     let (max_files, max_bytes) = (cfg.max_transaction_flowfiles, cfg.max_transaction_bytes);
     let mut decoder = PacketDecoder::new(s.settled.gzip, cfg.packet_limits());
-    // Dropped at every exit of this function: finished, cancelled or failed.
+    // Dropped at every exit but success: cancelled or failed.
     let mut held = TransactionBudget::new(s.ports.hub().budget(), t);
     let mut crc = crc32fast::Hasher::new();
     let mut packets = Vec::new();
@@ -52,7 +93,7 @@ pub(crate) async fn run(s: &mut Session, port: &InputPort) -> Result<(), Session
             ResponseCode::CancelTransaction => {
                 info!(peer = %s.peer, reason = r.message.as_deref().unwrap_or(""), port = %port.name, "client cancelled the transaction; rolled back");
                 s.ports.metrics().error("client_cancel");
-                return Ok(());
+                return Ok(None);
             }
             other => {
                 return Err(SessionError::Protocol(format!(
@@ -74,31 +115,18 @@ pub(crate) async fn run(s: &mut Session, port: &InputPort) -> Result<(), Session
         s.io.read(decode_response, t, "the client's CONFIRM")
             .await?;
     match r.code {
-        ResponseCode::ConfirmTransaction => {}
-        ResponseCode::BadChecksum => {
-            return Err(SessionError::BadChecksum(format!(
-                "client reported BAD_CHECKSUM for our {ours}; rolled back"
-            )))
-        }
+        ResponseCode::ConfirmTransaction => Ok(Some((packets, held))),
+        ResponseCode::BadChecksum => Err(SessionError::BadChecksum(format!(
+            "client reported BAD_CHECKSUM for our {ours}; rolled back"
+        ))),
         ResponseCode::CancelTransaction => {
             s.ports.metrics().error("client_cancel");
-            return Ok(());
+            Ok(None)
         }
-        other => {
-            return Err(SessionError::Protocol(format!(
-                "expected CONFIRM, got {other:?}"
-            )))
-        }
+        other => Err(SessionError::Protocol(format!(
+            "expected CONFIRM, got {other:?}"
+        ))),
     }
-
-    let committed = s.ports.commit(port, packets).await?;
-    let code = if committed.destination_full {
-        ResponseCode::TransactionFinishedButDestinationFull
-    } else {
-        ResponseCode::TransactionFinished
-    };
-    encode_response(code, None, &mut s.io.wbuf);
-    Ok(())
 }
 
 /// Reads one packet. The budget of every byte it consumes joins the

@@ -7,7 +7,10 @@
 //! S: RC 0C ""  |  RC 13                    CONFIRM | BAD_CHECKSUM
 //! C: RC 0D                                 TRANSACTION_FINISHED: messages are gone
 //! ```
-//! Anything else puts the messages back at the front of the port's queue.
+//! Anything else puts the messages back at the front of the port's queue,
+//! and so does a transaction still open after `max_transaction_ms` (a client
+//! that reads or answers slowly would otherwise keep them from every other
+//! client).
 
 use super::session::Session;
 use super::SessionError;
@@ -28,7 +31,10 @@ pub(crate) async fn run(s: &mut Session, port: &OutputPort) -> Result<(), Sessio
         encode_response(ResponseCode::NoMoreData, None, &mut s.io.wbuf);
         return Ok(());
     }
-    let result = send(s, &msgs).await;
+    let limit = s.ports.config().max_transaction();
+    let result = tokio::time::timeout(limit, send(s, &msgs))
+        .await
+        .unwrap_or(Err(SessionError::TransactionTimeout(limit)));
     if result.is_err() {
         port.requeue(msgs);
     }
