@@ -95,6 +95,7 @@ impl ForwardServer {
         let heartbeat = self.udp.map(|udp| {
             tokio::spawn(crate::heartbeat::answer_heartbeats(
                 Arc::new(udp),
+                ctx.config.listener.settings(),
                 hub.metrics().listener(LISTENER_NAME),
                 heartbeat_stop.clone(),
             ))

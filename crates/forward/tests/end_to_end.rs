@@ -162,6 +162,18 @@ async fn a_udp_heartbeat_is_answered() {
 }
 
 #[tokio::test]
+async fn a_udp_heartbeat_from_outside_the_allow_list_gets_no_answer() {
+    let mut config = ForwardConfig::default();
+    config.listener.allow = vec!["10.0.0.0/8".parse().unwrap()];
+    let srv = start(Hub::default(), config).await;
+    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    sock.send_to(&[0], srv.addr).await.unwrap();
+    let mut b = [9u8; 8];
+    let answer = tokio::time::timeout(Duration::from_millis(500), sock.recv_from(&mut b)).await;
+    assert!(answer.is_err(), "answered {answer:?}");
+}
+
+#[tokio::test]
 async fn shutdown_stops_accepting_and_ends_the_server_within_its_grace() {
     let hub = Hub::default();
     let mut srv = start(
