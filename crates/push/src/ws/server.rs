@@ -77,6 +77,15 @@ fn close(code: u16, reason: String) -> Message {
     }))
 }
 
+/// Sends `m`, giving up after `limit` (a client that reads nothing); false
+/// when it was not sent.
+async fn send_timed<S>(tx: &mut S, m: Message, limit: Duration) -> bool
+where
+    S: futures::Sink<Message> + Unpin,
+{
+    matches!(tokio::time::timeout(limit, tx.send(m)).await, Ok(Ok(())))
+}
+
 fn frame(o: JsonOut) -> Message {
     match o {
         JsonOut::Text(t) => axum::extract::ws::Utf8Bytes::try_from(t.clone())
@@ -166,25 +175,28 @@ async fn serve(
                         batch.clear();
                     }
                     Err(e) => {
-                        let _ = tx.send(close(CLOSE_POLICY, e.to_string())).await;
+                        send_timed(&mut tx, close(CLOSE_POLICY, e.to_string()), timeout).await;
                         break End::Closed;
                     }
                 }
             }
             _ = sleep_until(next_ping), if pong_due.is_none() => {
-                if tx.send(Message::Ping(Default::default())).await.is_err() {
+                // Timed like every write: a ping queued behind a full
+                // socket buffer must not hold the loop (and the pong
+                // deadline with it) forever.
+                if !send_timed(&mut tx, Message::Ping(Default::default()), timeout).await {
                     break End::Lost;
                 }
                 pong_due = Some(Instant::now() + timeout);
             }
             _ = sleep_until(pong_due.unwrap_or_else(Instant::now)), if pong_due.is_some() => {
                 debug!("/ws client sent no pong within ping_timeout_ms; closing");
-                let _ = tx.send(close(CLOSE_GOING_AWAY, "ping timeout".into())).await;
+                send_timed(&mut tx, close(CLOSE_GOING_AWAY, "ping timeout".into()), timeout).await;
                 break End::Lost;
             }
             _ = flush.wait(), if flush.is_armed() => {}
             _ = async { handle.as_ref().expect("guarded").requested().await }, if handle.is_some() => {
-                let _ = tx.send(close(CLOSE_POLICY, "session recovered by another connection".into())).await;
+                send_timed(&mut tx, close(CLOSE_POLICY, "session recovered by another connection".into()), timeout).await;
                 break End::TakenOver;
             }
         }
