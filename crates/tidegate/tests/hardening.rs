@@ -375,6 +375,17 @@ fn a_quiet_keep_alive_connection_lives_until_the_idle_timeout_not_the_header_tim
         }
         String::from_utf8_lossy(&got).into_owned()
     };
+    // A connection opened ahead of its first request, quiet for longer
+    // than the header timeout: idle, not slow, so still served.
+    let mut fresh = TcpStream::connect(http).unwrap();
+    fresh
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1_800));
+    assert!(
+        ask(&mut fresh).starts_with("HTTP/1.1 200"),
+        "a fresh connection closed before the idle timeout"
+    );
     assert!(ask(&mut s).starts_with("HTTP/1.1 200"));
     // Quiet for longer than the header timeout: still served.
     std::thread::sleep(Duration::from_millis(1_800));

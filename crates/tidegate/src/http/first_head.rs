@@ -26,6 +26,8 @@ pub enum FirstHead {
     Ready(Bytes),
     /// The client closed before finishing a head.
     Closed,
+    /// Not a byte arrived within the idle timeout.
+    Idle,
     /// The head did not complete within the header-read timeout.
     TimedOut,
     /// Reading failed.
@@ -33,16 +35,36 @@ pub enum FirstHead {
 }
 
 /// Collects bytes until the end of the first request head, at most `limit`
-/// of them, for at most `timeout` (none: no limit).
+/// of them: the first byte may take up to `idle` (a connection opened
+/// ahead of its first request is quiet, not slow), the rest of the head
+/// at most `timeout` from that byte (none: no limit). Nothing is allocated
+/// before the first byte arrives.
 pub async fn read_first_head<R>(
     stream: &mut R,
     limit: usize,
+    idle: Option<Duration>,
     timeout: Option<Duration>,
 ) -> FirstHead
 where
     R: AsyncRead + Unpin,
 {
-    let collect = collect(stream, limit);
+    let mut first = [0u8; 1];
+    let read = stream.read(&mut first);
+    let got = match idle {
+        Some(i) => match tokio::time::timeout(i, read).await {
+            Ok(r) => r,
+            Err(_) => return FirstHead::Idle,
+        },
+        None => read.await,
+    };
+    match got {
+        Ok(0) => return FirstHead::Closed,
+        Ok(_) => {}
+        Err(e) => return FirstHead::Failed(e),
+    }
+    let mut buf = BytesMut::with_capacity(FIRST_CHUNK);
+    buf.extend_from_slice(&first);
+    let collect = collect(stream, buf, limit);
     match timeout {
         Some(t) => tokio::time::timeout(t, collect)
             .await
@@ -51,12 +73,14 @@ where
     }
 }
 
-async fn collect<R>(stream: &mut R, limit: usize) -> FirstHead
+async fn collect<R>(stream: &mut R, mut buf: BytesMut, limit: usize) -> FirstHead
 where
     R: AsyncRead + Unpin,
 {
-    let mut buf = BytesMut::new();
     let mut scanned = 0;
+    if head_end(&buf, 0).is_some() || buf.len() >= limit {
+        return FirstHead::Ready(buf.freeze());
+    }
     loop {
         if buf.capacity() == buf.len() {
             // Doubling keeps the number of reads logarithmic while the
@@ -114,7 +138,7 @@ mod tests {
             }
             client
         });
-        match read_first_head(&mut server, 1024, Some(Duration::from_secs(5))).await {
+        match read_first_head(&mut server, 1024, None, Some(Duration::from_secs(5))).await {
             FirstHead::Ready(b) => assert!(b.starts_with(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")),
             other => panic!("{other:?}"),
         }
@@ -125,8 +149,41 @@ mod tests {
     async fn a_trickled_head_times_out_holding_only_what_arrived() {
         let (mut client, mut server) = tokio::io::duplex(64);
         client.write_all(b"GET / HT").await.unwrap();
-        let r = read_first_head(&mut server, 1024, Some(Duration::from_millis(50))).await;
+        let r = read_first_head(&mut server, 1024, None, Some(Duration::from_millis(50))).await;
         assert!(matches!(r, FirstHead::TimedOut), "{r:?}");
+        drop(client);
+    }
+
+    /// The head's clock starts at its first byte: a connection quiet for
+    /// longer than the header timeout (but within the idle one) is served,
+    /// and one quiet past the idle timeout is idle, not slow.
+    #[tokio::test]
+    async fn the_head_timeout_counts_from_the_first_byte_and_quiet_is_idle() {
+        let (mut client, mut server) = tokio::io::duplex(64);
+        let writer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+            client
+        });
+        let r = read_first_head(
+            &mut server,
+            1024,
+            Some(Duration::from_secs(5)),
+            Some(Duration::from_millis(100)),
+        )
+        .await;
+        assert!(matches!(r, FirstHead::Ready(_)), "{r:?}");
+        drop(writer.await);
+
+        let (client, mut server) = tokio::io::duplex(64);
+        let r = read_first_head(
+            &mut server,
+            1024,
+            Some(Duration::from_millis(50)),
+            Some(Duration::from_secs(5)),
+        )
+        .await;
+        assert!(matches!(r, FirstHead::Idle), "{r:?}");
         drop(client);
     }
 
@@ -137,7 +194,7 @@ mod tests {
             let _ = client.write_all(&[b'a'; 3000]).await;
             client
         });
-        match read_first_head(&mut server, 1000, None).await {
+        match read_first_head(&mut server, 1000, None, None).await {
             FirstHead::Ready(b) => assert!(b.len() >= 1000 && b.len() < 3000),
             other => panic!("{other:?}"),
         }
@@ -149,7 +206,7 @@ mod tests {
         let (mut client, mut server) = tokio::io::duplex(64);
         client.write_all(b"GET /").await.unwrap();
         drop(client);
-        let r = read_first_head(&mut server, 1024, None).await;
+        let r = read_first_head(&mut server, 1024, None, None).await;
         assert!(matches!(r, FirstHead::Closed), "{r:?}");
     }
 

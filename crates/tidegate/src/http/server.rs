@@ -177,30 +177,20 @@ async fn serve_http(conn: Connection, app: HttpApp) -> Option<tokio::sync::onesh
         peer,
         ..
     } = conn;
-    // hyper allocates its buffers when it starts reading: wait for the
-    // first byte, then collect the first head in a buffer sized to what
-    // arrives, so a quiet or trickling connection holds next to nothing.
-    let first_byte = async {
-        match inbound.idle_timeout() {
-            Some(idle) => tokio::time::timeout(idle, stream.readable()).await.ok(),
-            None => Some(stream.readable().await),
-        }
-    };
-    tokio::select! {
-        ready = first_byte => match ready {
-            Some(Ok(())) => {}
-            Some(Err(_)) => return None,
-            None => {
+    // hyper allocates its buffers when it starts reading: the first head
+    // is collected in a buffer sized to what arrives (nothing before the
+    // first byte), so a quiet or trickling connection holds next to
+    // nothing. Until its first byte a connection is idle (`idle_timeout`);
+    // from it, the head has `read_timeout` (a spurious readiness, or TLS,
+    // where readiness says nothing, must not start that clock).
+    let mut stream = stream;
+    let prefix = tokio::select! {
+        head = read_first_head(&mut stream, MAX_CONNECTION_BUFFER_BYTES, inbound.idle_timeout(), inbound.read_timeout()) => match head {
+            FirstHead::Ready(head) => head,
+            FirstHead::Idle => {
                 metrics.error("idle_timeout");
                 return None;
             }
-        },
-        _ = shutdown.cancelled() => return None,
-    }
-    let mut stream = stream;
-    let prefix = tokio::select! {
-        head = read_first_head(&mut stream, MAX_CONNECTION_BUFFER_BYTES, inbound.read_timeout()) => match head {
-            FirstHead::Ready(head) => head,
             FirstHead::Closed => {
                 metrics.error("truncated");
                 return None;
