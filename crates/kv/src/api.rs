@@ -1,12 +1,14 @@
 //! The HTTP API, exactly the highload-dht contract:
 //!
 //! - `GET|PUT|DELETE /v0/entity?id=K[&ack=A][&from=F]` → 200 (value) /
-//!   404, 201, 202; 400 for a missing or empty `id` or a bad `ack`/`from`;
-//!   405 for any other method; 504 when fewer than `ack` replicas answer.
+//!   404, 201, 202; 400 for a missing or empty `id`, an `id` whose
+//!   percent-decoding is not UTF-8, or a bad `ack`/`from`; 405 for any other
+//!   method, HEAD included; 504 when fewer than `ack` replicas answer.
 //! - `GET /v0/entities?start=S[&end=E]` → 200, chunked, one chunk
 //!   `key\nvalue` per live entry of this node, sorted, `end` exclusive;
-//!   streamed from a snapshot through a small bounded channel, so memory
-//!   stays constant whatever the range.
+//!   streamed from a snapshot in bounded pieces, so memory stays constant
+//!   whatever the range and no thread waits for a slow client; 503 beyond
+//!   [`RangeLimits::max_streams`] open streams ([`range`]).
 //! - `PUT /v0/entity?id=K&ttl_ms=T…`: a value that reads as absent T ms
 //!   after it was written (400 when T is not a number > 0).
 //! - `GET|PUT /v0/internal/entity?id=K`: a replica's own record, for
@@ -22,12 +24,12 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{FromRequest, Query, State};
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::extract::{FromRef, FromRequest, Query, State};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use http_body_util::BodyExt;
 
 use crate::anti_entropy::{parse_leaves, ENTRIES_PATH, TREE_PATH};
@@ -40,17 +42,53 @@ use crate::error::KvError;
 use crate::record::Record;
 use crate::store::KvStore;
 
-/// Range entries buffered between the storage thread and the socket.
-const RANGE_CHANNEL_ENTRIES: usize = 64;
+pub mod range;
+
+pub use range::RangeLimits;
+use range::RangeStreams;
 
 type Params = Query<HashMap<String, String>>;
 
-/// The KV routes, with their fallback (400 for unknown paths).
+/// What the routes share: the store and the open range streams.
+#[derive(Clone)]
+struct ApiState {
+    store: KvStore,
+    ranges: RangeStreams,
+}
+
+impl FromRef<ApiState> for KvStore {
+    fn from_ref(state: &ApiState) -> KvStore {
+        state.store.clone()
+    }
+}
+
+impl FromRef<ApiState> for RangeStreams {
+    fn from_ref(state: &ApiState) -> RangeStreams {
+        state.ranges.clone()
+    }
+}
+
+/// The KV routes, with their fallback (400 for unknown paths), and the
+/// default [`RangeLimits`].
 pub fn router(store: KvStore) -> Router {
+    router_with(store, RangeLimits::default())
+}
+
+/// [`router`] with the given limits on `/v0/entities` streams.
+pub fn router_with(store: KvStore, limits: RangeLimits) -> Router {
+    let state = ApiState {
+        store,
+        ranges: RangeStreams::new(limits),
+    };
     Router::new()
         .route(
             "/v0/entity",
-            get(get_entity).put(put_entity).delete(delete_entity),
+            get(get_entity)
+                .put(put_entity)
+                .delete(delete_entity)
+                // axum would serve HEAD with the GET handler.
+                .head(entity_method_not_allowed)
+                .fallback(entity_method_not_allowed),
         )
         .route("/v0/entities", get(get_range))
         .route(INTERNAL_PATH, get(internal).put(internal))
@@ -58,7 +96,17 @@ pub fn router(store: KvStore) -> Router {
         .route(TREE_PATH, get(tree))
         .route(ENTRIES_PATH, post(entries))
         .fallback(|| async { (StatusCode::BAD_REQUEST, "Bad Request\n") })
-        .with_state(store)
+        .with_state(state)
+}
+
+/// Any method of `/v0/entity` but GET, PUT and DELETE: axum's own 405
+/// (empty body), with an `Allow` header that leaves HEAD out.
+async fn entity_method_not_allowed() -> Response {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        [(header::ALLOW, "GET,PUT,DELETE")],
+    )
+        .into_response()
 }
 
 fn bad(why: &str) -> Response {
@@ -111,11 +159,63 @@ async fn whole_body(body: Body) -> Result<Bytes, Response> {
     }
 }
 
+/// The `name=value` pairs of a query as `application/x-www-form-urlencoded`
+/// splits them (`&`-separated, empty pieces skipped, a piece without `=`
+/// has an empty value): names decoded, values still encoded.
+fn query_pairs(query: &str) -> impl Iterator<Item = (Cow<'_, [u8]>, &str)> {
+    query.split('&').filter(|p| !p.is_empty()).map(|piece| {
+        let (name, value) = piece.split_once('=').unwrap_or((piece, ""));
+        (form_decode(name), value)
+    })
+}
+
+/// `raw` decoded as a form value: `+` is a space, `%XX` the byte XX, a `%`
+/// not followed by two hex digits stays itself. Borrowed when there is
+/// nothing to decode.
+fn form_decode(raw: &str) -> Cow<'_, [u8]> {
+    if !raw.bytes().any(|b| b == b'%' || b == b'+') {
+        return Cow::Borrowed(raw.as_bytes());
+    }
+    let hex = |b: Option<&u8>| b.and_then(|&b| (b as char).to_digit(16)).map(|d| d as u8);
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => match (hex(bytes.get(i + 1)), hex(bytes.get(i + 2))) {
+                (Some(hi), Some(lo)) => {
+                    out.push(hi << 4 | lo);
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    Cow::Owned(out)
+}
+
+/// The query parameter `name` (raw value `raw`) decoded: UTF-8, or the 400
+/// message. (A lossy decoding would map every invalid sequence to U+FFFD,
+/// so `id=%FF` and `id=%FE` would name the same key.)
+fn utf8_param<'a>(name: &str, raw: Option<&'a str>) -> Result<Option<Cow<'a, str>>, String> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    match form_decode(raw) {
+        Cow::Borrowed(_) => Ok(Some(Cow::Borrowed(raw))),
+        Cow::Owned(bytes) => String::from_utf8(bytes)
+            .map(|s| Some(Cow::Owned(s)))
+            .map_err(|_| format!("{name} is not valid UTF-8 once percent-decoded")),
+    }
+}
+
 /// The query of a `/v0/entity` request, read in place (percent-decoded
 /// only where it has escapes): this runs on every client request, where a
 /// map of owned strings cost measurable CPU. Of a repeated name, the last
 /// counts.
-#[derive(Default)]
 struct EntityQuery<'a> {
     id: Option<Cow<'a, str>>,
     ack: Option<Cow<'a, str>>,
@@ -124,21 +224,46 @@ struct EntityQuery<'a> {
 }
 
 impl<'a> EntityQuery<'a> {
-    fn of(uri: &'a Uri) -> Self {
-        let mut q = EntityQuery::default();
-        let query = uri.query().unwrap_or("");
-        for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+    /// The parameters, or the 400 message when one of them does not decode
+    /// to UTF-8.
+    fn of(uri: &'a Uri) -> Result<Self, String> {
+        let (mut id, mut ack, mut from, mut ttl_ms) = (None, None, None, None);
+        for (name, value) in query_pairs(uri.query().unwrap_or("")) {
             let slot = match name.as_ref() {
-                "id" => &mut q.id,
-                "ack" => &mut q.ack,
-                "from" => &mut q.from,
-                "ttl_ms" => &mut q.ttl_ms,
+                b"id" => &mut id,
+                b"ack" => &mut ack,
+                b"from" => &mut from,
+                b"ttl_ms" => &mut ttl_ms,
                 _ => continue,
             };
             *slot = Some(value);
         }
-        q
+        Ok(EntityQuery {
+            id: utf8_param("id", id)?,
+            ack: utf8_param("ack", ack)?,
+            from: utf8_param("from", from)?,
+            ttl_ms: utf8_param("ttl_ms", ttl_ms)?,
+        })
     }
+}
+
+/// The bounds of a `/v0/entities` request: `start` (not empty) and `end`,
+/// UTF-8 once decoded, or the 400 message.
+fn range_bounds(uri: &Uri) -> Result<(Vec<u8>, Option<Vec<u8>>), String> {
+    let (mut start, mut end) = (None, None);
+    for (name, value) in query_pairs(uri.query().unwrap_or("")) {
+        match name.as_ref() {
+            b"start" => start = Some(value),
+            b"end" => end = Some(value),
+            _ => {}
+        }
+    }
+    let start = match utf8_param("start", start)? {
+        Some(s) if !s.is_empty() => s.into_owned().into_bytes(),
+        _ => return Err("missing or empty start".into()),
+    };
+    let end = utf8_param("end", end)?.map(|e| e.into_owned().into_bytes());
+    Ok((start, end))
 }
 
 /// A validated `id`, `ack` and `from`.
@@ -184,7 +309,8 @@ fn target(q: &EntityQuery<'_>, cluster: usize) -> Result<Target, String> {
 }
 
 async fn get_entity(State(store): State<KvStore>, uri: Uri) -> Response {
-    let t = match target(&EntityQuery::of(&uri), store.cluster_size()) {
+    let q = EntityQuery::of(&uri);
+    let t = match q.and_then(|q| target(&q, store.cluster_size())) {
         Ok(t) => t,
         Err(why) => return bad(&why),
     };
@@ -200,7 +326,10 @@ async fn put_entity(
     uri: Uri,
     WholeBody(body): WholeBody,
 ) -> Response {
-    let q = EntityQuery::of(&uri);
+    let q = match EntityQuery::of(&uri) {
+        Ok(q) => q,
+        Err(why) => return bad(&why),
+    };
     let t = match target(&q, store.cluster_size()) {
         Ok(t) => t,
         Err(why) => return bad(&why),
@@ -217,7 +346,8 @@ async fn put_entity(
 }
 
 async fn delete_entity(State(store): State<KvStore>, uri: Uri) -> Response {
-    let t = match target(&EntityQuery::of(&uri), store.cluster_size()) {
+    let q = EntityQuery::of(&uri);
+    let t = match q.and_then(|q| target(&q, store.cluster_size())) {
         Ok(t) => t,
         Err(why) => return bad(&why),
     };
@@ -227,35 +357,15 @@ async fn delete_entity(State(store): State<KvStore>, uri: Uri) -> Response {
     }
 }
 
-async fn get_range(State(store): State<KvStore>, Query(p): Params) -> Response {
-    let start = match p.get("start") {
-        Some(s) if !s.is_empty() => s.clone().into_bytes(),
-        _ => return bad("missing or empty start"),
-    };
-    let end = p.get("end").map(|e| e.clone().into_bytes());
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, KvError>>(RANGE_CHANNEL_ENTRIES);
-    let engine = store.engine().clone();
-    // The snapshot is walked on the blocking pool; a full channel makes the
-    // walk wait for the socket, and a gone client ends it.
-    tokio::task::spawn_blocking(move || {
-        for entry in engine.range(&start, end.as_deref()) {
-            let chunk = entry.map(|(k, v)| {
-                let mut b = BytesMut::with_capacity(k.len() + 1 + v.len());
-                b.put_slice(&k);
-                b.put_u8(b'\n');
-                b.put_slice(&v);
-                b.freeze()
-            });
-            let stop = chunk.is_err();
-            if tx.blocking_send(chunk).is_err() || stop {
-                return;
-            }
-        }
-    });
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    });
-    (StatusCode::OK, Body::from_stream(stream)).into_response()
+async fn get_range(
+    State(store): State<KvStore>,
+    State(ranges): State<RangeStreams>,
+    uri: Uri,
+) -> Response {
+    match range_bounds(&uri) {
+        Ok((start, end)) => ranges.open(store.engine().clone(), start, end),
+        Err(why) => bad(&why),
+    }
 }
 
 /// Checks an internal request's signature; the 403 to answer when it is
@@ -295,7 +405,7 @@ async fn internal(
     if let Some(no) = refused(&store, &method, &uri, &headers, &body) {
         return no;
     }
-    let key = match key_of(EntityQuery::of(&uri).id.as_deref()) {
+    let key = match EntityQuery::of(&uri).and_then(|q| key_of(q.id.as_deref())) {
         Ok(key) => key,
         Err(why) => return bad(&why),
     };
@@ -403,4 +513,67 @@ async fn entries(
         rx.recv().await.map(|item| (item, rx))
     });
     (StatusCode::OK, Body::from_stream(stream)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The query is split and decoded as `form_urlencoded` (what axum's
+        /// `Query` and this module used before) does, except that a value
+        /// whose bytes are not UTF-8 is refused instead of patched with
+        /// U+FFFD.
+        #[test]
+        fn queries_decode_like_form_urlencoded_but_refuse_invalid_utf8(
+            query in "[a-z=&%+0-9A-Fa-f\u{e9}\u{20ac}\u{fffd}]{0,48}",
+        ) {
+            let ours: Vec<_> = query_pairs(&query)
+                .map(|(name, raw)| (name.into_owned(), utf8_param("v", Some(raw))))
+                .collect();
+            let theirs: Vec<_> = form_urlencoded::parse(query.as_bytes()).collect();
+            prop_assert_eq!(ours.len(), theirs.len());
+            for ((name, value), (their_name, their_value)) in ours.into_iter().zip(theirs) {
+                prop_assert_eq!(String::from_utf8_lossy(&name), their_name);
+                match value {
+                    Ok(Some(value)) => prop_assert_eq!(value, their_value),
+                    Ok(None) => prop_assert!(false, "a present value"),
+                    Err(why) => {
+                        prop_assert!(their_value.contains(char::REPLACEMENT_CHARACTER));
+                        prop_assert_eq!(why, "v is not valid UTF-8 once percent-decoded");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn invalid_utf8_is_refused_and_everything_else_decoded() {
+        let uri: Uri = "/v0/entity?id=%FF&ack=1".parse().unwrap();
+        assert_eq!(
+            EntityQuery::of(&uri).err().as_deref(),
+            Some("id is not valid UTF-8 once percent-decoded")
+        );
+        let uri: Uri = "/v0/entity?id=%FF&id=a+b%2Fc%zz&from=%31".parse().unwrap();
+        let q = EntityQuery::of(&uri).unwrap();
+        assert_eq!(q.id.as_deref(), Some("a b/c%zz"));
+        assert_eq!(q.from.as_deref(), Some("1"));
+        assert!(q.ack.is_none());
+        let uri: Uri = "/v0/entities?start=a&end=%C3%A9".parse().unwrap();
+        assert_eq!(
+            range_bounds(&uri),
+            Ok((b"a".to_vec(), Some("\u{e9}".as_bytes().to_vec())))
+        );
+        let uri: Uri = "/v0/entities?start=%C3".parse().unwrap();
+        assert_eq!(
+            range_bounds(&uri),
+            Err("start is not valid UTF-8 once percent-decoded".to_string())
+        );
+        let uri: Uri = "/v0/entities?end=b".parse().unwrap();
+        assert_eq!(
+            range_bounds(&uri),
+            Err("missing or empty start".to_string())
+        );
+    }
 }

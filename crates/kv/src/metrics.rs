@@ -23,6 +23,10 @@ pub struct KvMetrics {
     pub hints_delivered: Counter,
     /// Hints dropped because a replica's bound was reached.
     pub hints_dropped: Counter,
+    /// Hints dropped because their replica refused them (400, 413), or
+    /// never answered them in several rounds while answering the others:
+    /// they could never be delivered as they are.
+    pub hints_refused: Counter,
     /// Keys with a pending hint, all replicas together.
     pub hints_pending: Gauge,
     /// Anti-entropy exchanges with a peer that completed.
@@ -70,6 +74,11 @@ impl KvMetrics {
             "kv_hints_dropped",
             "KV hints dropped because the replica's hint bound was reached",
             self.hints_dropped.clone(),
+        );
+        hub.register(
+            "kv_hints_refused",
+            "KV hints dropped because their replica refused them (400, 413) or never answered them",
+            self.hints_refused.clone(),
         );
         hub.register(
             "kv_hints_pending",

@@ -170,7 +170,16 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
             tidegate_s2s::http::router_with_ports(s2s_ports, port, http_secure, raw_port),
         );
         let app = match kv {
-            Some(store) => app.merge(tidegate_kv::api::router(store)),
+            Some(store) => {
+                // A range stream whose client takes nothing for as long as
+                // a whole request may take is cut off (0: the default).
+                let mut limits = tidegate_kv::api::RangeLimits::default();
+                if config.http.request_timeout_ms > 0 {
+                    limits.send_timeout =
+                        std::time::Duration::from_millis(config.http.request_timeout_ms);
+                }
+                app.merge(tidegate_kv::api::router_with(store, limits))
+            }
             None => app,
         };
         let app = match &push {

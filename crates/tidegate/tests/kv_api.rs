@@ -77,6 +77,30 @@ fn bad_requests_get_400_other_methods_405() {
     for method in ["POST", "PATCH"] {
         assert_eq!(n.req(method, &entity("k", ""), b"v").0, 405, "{method}");
     }
+    // HEAD too, on a present key as on an absent one (axum would route it
+    // to GET).
+    assert_eq!(n.req("PUT", &entity("k", ""), b"v").0, 201);
+    for key in ["k", "absent"] {
+        assert_eq!(n.req("HEAD", &entity(key, ""), b"").0, 405, "HEAD {key}");
+    }
+    // Ids and range bounds must be UTF-8 once percent-decoded: %FF and %FE
+    // would otherwise both become U+FFFD, one key.
+    for path in [
+        "/v0/entity?id=%FF",
+        "/v0/entity?id=%FE",
+        "/v0/entities?start=%FF",
+        "/v0/entities?start=a&end=%FE",
+    ] {
+        let (status, body) = n.req("GET", path, b"");
+        assert_eq!(status, 400, "GET {path}");
+        assert!(
+            String::from_utf8_lossy(&body).contains("is not valid UTF-8 once percent-decoded"),
+            "GET {path}: {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    assert_eq!(n.req("PUT", "/v0/entity?id=%FF", b"v").0, 400);
+    assert_eq!(n.req("DELETE", "/v0/entity?id=%FF", b"").0, 400);
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! Hinted handoff on 2 real nodes: writes and deletes a replica missed
 //! while it was down reach it once it is back — with no client read (the
 //! check looks at the replica's own data) and even when the coordinator
-//! itself restarted in between (hints are on its disk).
+//! itself restarted in between (hints are on its disk); a hint the replica
+//! refuses is dropped without holding back the ones after it.
 
 #[path = "kv_util.rs"]
 mod kv_util;
@@ -78,4 +79,47 @@ fn a_copy_still_in_flight_when_the_coordinator_stops_leaves_a_hint() {
         "the copy in flight at shutdown never reached node 1",
         || holds(&nodes[1], "late"),
     );
+}
+
+#[test]
+fn a_hint_its_replica_refuses_is_dropped_and_the_later_ones_still_arrive() {
+    let mut nodes = cluster(2, NO_ANTI_ENTROPY);
+    // Node 1 takes far smaller bodies than node 0: a value node 0 accepts
+    // can be over what node 1 takes in a node-to-node request (its limit
+    // plus the framing allowance, ~4.3 MiB), so node 1 answers it 413.
+    nodes[1].http = "max_body_bytes = 65536".into();
+    nodes.iter_mut().for_each(Node::start);
+    nodes[1].kill();
+    let one = "&from=2&ack=1";
+    let big = vec![b'b'; 6 << 20];
+    // The refused hints come first in key order.
+    for i in 1..=3 {
+        assert_eq!(
+            nodes[0].req("PUT", &entity(&format!("a{i}"), one), &big).0,
+            201
+        );
+    }
+    for i in 1..=5 {
+        assert_eq!(
+            nodes[0].req("PUT", &entity(&format!("z{i}"), one), b"z").0,
+            201
+        );
+    }
+    // The failed copies become hints in the background.
+    eventually("hints not kept", || {
+        metric(&nodes[0], "tidegate_kv_hints_pending") == 8.0
+    });
+    nodes[1].start();
+    for i in 1..=5 {
+        eventually(&format!("z{i} held back behind a refused hint"), || {
+            holds(&nodes[1], &format!("z{i}"))
+        });
+    }
+    eventually("hints still pending", || {
+        metric(&nodes[0], "tidegate_kv_hints_pending") == 0.0
+    });
+    assert_eq!(metric(&nodes[0], "tidegate_kv_hints_delivered_total"), 5.0);
+    assert_eq!(metric(&nodes[0], "tidegate_kv_hints_refused_total"), 3.0);
+    assert_eq!(metric(&nodes[0], "tidegate_kv_hints_dropped_total"), 0.0);
+    assert!(!holds(&nodes[1], "a1"));
 }
