@@ -482,3 +482,39 @@ async fn delivery_latency_counts_every_message_taken_from_a_queue() {
     );
     assert_eq!(hub.metrics().delivery_latency().take().count(), 0);
 }
+
+/// A sink whose flush takes its whole timeout (a broker that is gone).
+struct StuckFlush(&'static str);
+
+impl Sink for StuckFlush {
+    fn name(&self) -> &str {
+        self.0
+    }
+    fn send(&self, _msg: SharedMessage, _ack: AckToken) -> SinkFuture<'_> {
+        Box::pin(async {})
+    }
+    fn flush(&self, timeout: Duration) -> SinkFuture<'_> {
+        Box::pin(tokio::time::sleep(timeout))
+    }
+}
+
+#[tokio::test]
+async fn sinks_are_flushed_at_the_same_time_within_one_timeout() {
+    let sinks: Vec<Arc<dyn Sink>> = ["a", "b", "c"]
+        .into_iter()
+        .map(|n| Arc::new(StuckFlush(n)) as Arc<dyn Sink>)
+        .collect();
+    let routes = ["a", "b", "c"]
+        .iter()
+        .map(|n| RouteConfig {
+            topics: format!("{n}.>"),
+            sink: (*n).into(),
+        })
+        .collect::<Vec<_>>();
+    let hub = Hub::new(RouteTable::build(&routes, &sinks).unwrap());
+    let started = tokio::time::Instant::now();
+    hub.flush_sinks(Duration::from_millis(300)).await;
+    let took = started.elapsed();
+    // In turn they took 900 ms.
+    assert!(took < Duration::from_millis(600), "took {took:?}");
+}

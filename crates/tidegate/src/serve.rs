@@ -214,11 +214,15 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
     }
     let _ = stats.await;
     hub.close();
-    hub.flush_sinks(grace).await;
-    if let Some(b) = &backbone {
-        // What was published last still reaches the other nodes.
-        b.flush(grace).await;
-    }
+    // The sinks and the backbone (what was published last still reaches
+    // the other nodes) at the same time, within one grace: in turn they
+    // added up past systemd's stop timeout.
+    let backbone_flush = async {
+        if let Some(b) = &backbone {
+            let _ = tokio::time::timeout(grace, b.flush(grace)).await;
+        }
+    };
+    tokio::join!(hub.flush_sinks(grace), backbone_flush);
     info!("tidegate stopped");
     result
 }
