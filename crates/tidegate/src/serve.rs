@@ -95,6 +95,16 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
     let mut tasks: Listeners = JoinSet::new();
 
     let backbone = cluster.as_ref().map(|n| n.backbone.clone());
+    if let Some(b) = backbone.clone() {
+        // A node whose backbone cannot reach a broker delivers nothing of
+        // the cluster-wide topics: out of the load balancer until it can.
+        readiness.add_check("cluster", move || {
+            match tidegate_hub::Sink::health(b.sink()) {
+                tidegate_hub::SinkHealth::Ready => None,
+                tidegate_hub::SinkHealth::NotReady(why) => Some(format!("backbone: {why}")),
+            }
+        });
+    }
     let cluster_stats = cluster.as_ref().map(|n| stats::ClusterSource {
         node: preflight::node_name(&config),
         backbone: n.backbone.clone(),

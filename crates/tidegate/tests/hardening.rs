@@ -213,6 +213,27 @@ fn health_is_live_and_ready_names_what_is_not_ready() {
         "{ready}"
     );
 
+    // A cluster backbone whose broker does not exist: not ready either
+    // (it would take publishes and deliver nothing of them).
+    let [http3, dead_broker] = free_ports();
+    let served3 = serve(&config_on_free_ports(
+        http3,
+        &format!("[cluster]\nbrokers = \"{dead_broker}\"\nnode = \"n1\"\n"),
+    ));
+    wait_for_http(http3, &served3);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let ready = loop {
+        let r = get(http3, "/readyz").unwrap();
+        if r.starts_with("HTTP/1.1 503") || Instant::now() > deadline {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        ready.starts_with("HTTP/1.1 503") && ready.contains("cluster: backbone"),
+        "{ready}"
+    );
+
     // Without sinks, everything accepting: ready.
     let http2 = free_addr();
     let served2 = serve(&config_on_free_ports(http2, ""));
