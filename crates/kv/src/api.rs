@@ -381,6 +381,7 @@ fn refused(
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let verdict = auth::verify(
         store.secret(),
+        store.self_url(),
         method.as_str(),
         path,
         header(auth::TIME_HEADER),

@@ -1,10 +1,13 @@
 //! Authentication of internal (node-to-node) requests: an HMAC-SHA256 with
-//! `[kv] cluster_secret` over the method, the path with its query, a
+//! `[kv] cluster_secret` over the node the request is for (its URL as
+//! written in `[kv] nodes`), the method, the path with its query, a
 //! millisecond timestamp and the body. A replica refuses a request whose
-//! signature is missing or wrong, or whose timestamp is further than
-//! [`MAX_CLOCK_SKEW_MS`] from its own clock. A replay inside that window
-//! re-applies the same stamped record, which last-write-wins makes
-//! harmless.
+//! signature is missing or wrong, that was signed for another node, or
+//! whose timestamp is further than [`MAX_CLOCK_SKEW_MS`] from its own
+//! clock. A replay to the same node inside that window re-applies the same
+//! stamped record, which last-write-wins makes harmless; a replay to
+//! another node (which could place a copy on a node that does not own the
+//! key) is refused.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -18,10 +21,10 @@ pub const MAX_CLOCK_SKEW_MS: u64 = 30_000;
 
 type HmacSha256 = Hmac<Sha256>;
 
-fn mac(secret: &[u8], method: &str, path: &str, time_ms: u64, body: &[u8]) -> HmacSha256 {
+fn mac(secret: &[u8], to: &str, method: &str, path: &str, time_ms: u64, body: &[u8]) -> HmacSha256 {
     let mut m = HmacSha256::new_from_slice(secret).expect("HMAC takes any key length");
     // Lengths first, so no two different requests feed the same bytes.
-    for part in [method.as_bytes(), path.as_bytes()] {
+    for part in [to.as_bytes(), method.as_bytes(), path.as_bytes()] {
         m.update(&(part.len() as u64).to_be_bytes());
         m.update(part);
     }
@@ -30,10 +33,18 @@ fn mac(secret: &[u8], method: &str, path: &str, time_ms: u64, body: &[u8]) -> Hm
     m
 }
 
-/// The hex signature of a request.
-pub fn sign(secret: &[u8], method: &str, path: &str, time_ms: u64, body: &[u8]) -> String {
+/// The hex signature of a request for the node `to` (its URL as in
+/// `[kv] nodes`).
+pub fn sign(
+    secret: &[u8],
+    to: &str,
+    method: &str,
+    path: &str,
+    time_ms: u64,
+    body: &[u8],
+) -> String {
     hex::encode(
-        mac(secret, method, path, time_ms, body)
+        mac(secret, to, method, path, time_ms, body)
             .finalize()
             .into_bytes(),
     )
@@ -56,9 +67,12 @@ pub enum AuthError {
     Bad,
 }
 
-/// Checks a request's signature in constant time.
+/// Checks in constant time the signature of a request received by the
+/// node `me` (its own URL as in `[kv] nodes`).
+#[allow(clippy::too_many_arguments)]
 pub fn verify(
     secret: Option<&[u8]>,
+    me: &str,
     method: &str,
     path: &str,
     time: Option<&str>,
@@ -77,7 +91,7 @@ pub fn verify(
     if skew > MAX_CLOCK_SKEW_MS {
         return Err(AuthError::Skew(skew));
     }
-    mac(secret, method, path, time, body)
+    mac(secret, me, method, path, time, body)
         .verify_slice(&sig)
         .map_err(|_| AuthError::Bad)
 }
@@ -86,10 +100,12 @@ pub fn verify(
 mod tests {
     use super::*;
 
+    const ME: &str = "http://10.0.0.1:8080";
+
     #[test]
     fn a_signed_request_verifies_and_any_change_is_refused() {
-        let s = sign(b"k", "PUT", "/v0/internal/entity?id=a", 1000, b"body");
-        let ok = |m, p, t: &str, b: &[u8]| verify(Some(b"k"), m, p, Some(t), Some(&s), b, 1000);
+        let s = sign(b"k", ME, "PUT", "/v0/internal/entity?id=a", 1000, b"body");
+        let ok = |m, p, t: &str, b: &[u8]| verify(Some(b"k"), ME, m, p, Some(t), Some(&s), b, 1000);
         assert_eq!(
             ok("PUT", "/v0/internal/entity?id=a", "1000", b"body"),
             Ok(())
@@ -112,6 +128,7 @@ mod tests {
         );
         let other = verify(
             Some(b"x"),
+            ME,
             "PUT",
             "/v0/internal/entity?id=a",
             Some("1000"),
@@ -122,6 +139,7 @@ mod tests {
         assert_eq!(other, Err(AuthError::Bad));
         let late = verify(
             Some(b"k"),
+            ME,
             "PUT",
             "/v0/internal/entity?id=a",
             Some("1000"),
@@ -131,12 +149,31 @@ mod tests {
         );
         assert!(matches!(late, Err(AuthError::Skew(_))));
         assert_eq!(
-            verify(Some(b"k"), "PUT", "/", None, None, b"", 0),
+            verify(Some(b"k"), ME, "PUT", "/", None, None, b"", 0),
             Err(AuthError::Missing)
         );
         assert_eq!(
-            verify(None, "PUT", "/", Some("0"), Some(&s), b"", 0),
+            verify(None, ME, "PUT", "/", Some("0"), Some(&s), b"", 0),
             Err(AuthError::NoSecret)
         );
+    }
+
+    #[test]
+    fn a_request_signed_for_one_node_is_refused_by_another() {
+        let s = sign(b"k", ME, "PUT", "/v0/internal/batch", 1000, b"body");
+        let at = |me| {
+            verify(
+                Some(b"k"),
+                me,
+                "PUT",
+                "/v0/internal/batch",
+                Some("1000"),
+                Some(&s),
+                b"body",
+                1000,
+            )
+        };
+        assert_eq!(at(ME), Ok(()));
+        assert_eq!(at("http://10.0.0.2:8080"), Err(AuthError::Bad));
     }
 }

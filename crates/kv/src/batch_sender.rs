@@ -282,7 +282,7 @@ async fn exchange(
     let fail = |e: hyper::Error| transport(&peer.url, e.to_string());
     link.ready().await.map_err(fail)?;
     let time = crate::engine::now_ns() / 1_000_000;
-    let sig = auth::sign(&peer.secret, "PUT", BATCH_PATH, time, &body);
+    let sig = auth::sign(&peer.secret, &peer.url, "PUT", BATCH_PATH, time, &body);
     let req = Request::builder()
         .method(Method::PUT)
         .uri(BATCH_PATH)

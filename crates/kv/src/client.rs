@@ -186,7 +186,7 @@ impl ReplicaClient {
         body: Bytes,
     ) -> Result<hyper::Response<hyper::body::Incoming>, ReplicaError> {
         let time = crate::engine::now_ns() / 1_000_000;
-        let sig = auth::sign(&self.secret, method.as_str(), path, time, &body);
+        let sig = auth::sign(&self.secret, node, method.as_str(), path, time, &body);
         let transport = |message: String| ReplicaError::Transport {
             node: node.to_owned(),
             message,

@@ -175,6 +175,12 @@ impl KvStore {
         self.inner.ring.len()
     }
 
+    /// This node's URL as written in `[kv] nodes` (what internal requests
+    /// for it are signed for).
+    pub fn self_url(&self) -> &str {
+        self.inner.ring.url(self.inner.ring.self_index())
+    }
+
     /// The secret internal requests are signed with, if configured.
     pub fn secret(&self) -> Option<&[u8]> {
         self.inner.secret.as_deref()

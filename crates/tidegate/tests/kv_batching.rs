@@ -128,7 +128,8 @@ fn the_batch_endpoint_applies_signed_batches_and_refuses_others() {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_millis() as u64;
-        let sig = tidegate_kv::auth::sign(SECRET.as_bytes(), "PUT", path, time, body);
+        let to = format!("http://{addr}");
+        let sig = tidegate_kv::auth::sign(SECRET.as_bytes(), &to, "PUT", path, time, body);
         vec![
             (tidegate_kv::auth::TIME_HEADER, time.to_string()),
             (tidegate_kv::auth::SIGNATURE_HEADER, sig),
@@ -138,7 +139,14 @@ fn the_batch_endpoint_applies_signed_batches_and_refuses_others() {
     let (status, _) = request_with(addr, "PUT", path, &[], &body).unwrap();
     assert_eq!(status, 403, "unsigned");
     let mut forged = signed(&body);
-    forged[1].1 = tidegate_kv::auth::sign(b"not-the-secret", "PUT", path, 1, &body);
+    forged[1].1 = tidegate_kv::auth::sign(
+        b"not-the-secret",
+        &format!("http://{addr}"),
+        "PUT",
+        path,
+        1,
+        &body,
+    );
     assert_eq!(
         request_with(addr, "PUT", path, &forged, &body).unwrap().0,
         403

@@ -212,6 +212,12 @@ fn forged_or_unsigned_internal_writes_are_refused() {
     for n in &nodes {
         assert_eq!(get(n, "victim", ""), (200, b"good".to_vec()));
     }
+    // Signed with the secret but for the other node (a captured request
+    // replayed elsewhere): refused.
+    assert_eq!(
+        internal_signed_for(&nodes[0], nodes[1].addr, SECRET, "PUT", "victim", &forged).0,
+        403
+    );
     // The same request with the cluster's secret is what a coordinator sends.
     assert_eq!(internal(&nodes[0], SECRET, "PUT", "victim", &forged).0, 201);
     assert_eq!(

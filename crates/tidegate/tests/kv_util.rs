@@ -247,6 +247,19 @@ pub fn holds(node: &Node, key: &str) -> bool {
 
 /// A signed internal request, as a coordinator sends it.
 pub fn internal(node: &Node, secret: &str, method: &str, key: &str, body: &[u8]) -> (u16, Vec<u8>) {
+    internal_signed_for(node, node.addr, secret, method, key, body)
+}
+
+/// [`internal`], signed for the node at `signed_for` (another node: a
+/// replayed request) but sent to `node`.
+pub fn internal_signed_for(
+    node: &Node,
+    signed_for: SocketAddr,
+    secret: &str,
+    method: &str,
+    key: &str,
+    body: &[u8],
+) -> (u16, Vec<u8>) {
     let path = format!(
         "{}?id={}",
         tidegate_kv::client::INTERNAL_PATH,
@@ -256,7 +269,8 @@ pub fn internal(node: &Node, secret: &str, method: &str, key: &str, body: &[u8])
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64;
-    let sig = tidegate_kv::auth::sign(secret.as_bytes(), method, &path, time, body);
+    let to = format!("http://{signed_for}");
+    let sig = tidegate_kv::auth::sign(secret.as_bytes(), &to, method, &path, time, body);
     request_with(
         node.addr,
         method,
