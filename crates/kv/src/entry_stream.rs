@@ -44,6 +44,10 @@ pub fn encode_entry(key: &[u8], record: &Record, out: &mut BytesMut) {
     out.put_slice(&record);
 }
 
+/// Most room [`EntryDecoder::decode`] reserves ahead for a frame that has
+/// not arrived whole.
+const RESERVE_STEP: usize = 1024 * 1024;
+
 /// Reads frames out of a growing buffer.
 #[derive(Debug, Clone)]
 pub struct EntryDecoder {
@@ -72,7 +76,10 @@ impl EntryDecoder {
         }
         let total = FRAME_HEADER_BYTES + key_len + record_len;
         if buf.len() < total {
-            buf.reserve(total - buf.len());
+            // Room for what is announced, a step at a time: the length
+            // comes from the peer, and up to the record limit (hundreds of
+            // MiB) would be taken before a byte of it arrived.
+            buf.reserve((total - buf.len()).min(RESERVE_STEP));
             return Ok(None);
         }
         buf.advance(FRAME_HEADER_BYTES);
@@ -95,6 +102,17 @@ impl EntryDecoder {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_header_announcing_a_huge_record_reserves_one_step_not_the_record() {
+        let d = EntryDecoder::new(512 * 1024 * 1024);
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&1u16.to_be_bytes());
+        buf.extend_from_slice(&(400u32 * 1024 * 1024).to_be_bytes());
+        buf.extend_from_slice(b"k");
+        assert!(d.decode(&mut buf).unwrap().is_none());
+        assert!(buf.capacity() <= 2 * RESERVE_STEP, "{}", buf.capacity());
+    }
 
     fn any_entry() -> impl Strategy<Value = (Vec<u8>, Record)> {
         (
