@@ -21,12 +21,12 @@ async fn bad_queries_and_methods_are_400_with_the_reference_codes() {
         (
             "GET",
             "/socket.io/?EIO=3&transport=polling",
-            r#"{"code":3,"message":"Bad request"}"#,
+            r#"{"code":5,"message":"Unsupported protocol version"}"#,
         ),
         (
             "GET",
             "/socket.io/?transport=polling",
-            r#"{"code":3,"message":"Bad request"}"#,
+            r#"{"code":5,"message":"Unsupported protocol version"}"#,
         ),
         (
             "GET",

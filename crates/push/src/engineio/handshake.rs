@@ -33,13 +33,17 @@ pub enum HandshakeError {
     /// A handshake that is not a GET.
     #[error("Bad handshake method")]
     BadHandshakeMethod,
-    /// Anything else wrong with the request (`EIO` missing or not 4, a
-    /// second concurrent poll, polling after an upgrade).
+    /// Anything else wrong with the request (a second concurrent poll,
+    /// polling after an upgrade).
     #[error("Bad request")]
     BadRequest,
     /// The session limit is reached.
     #[error("Forbidden")]
     Forbidden,
+    /// A handshake whose `EIO` is missing or not 4 (checked on the
+    /// handshake only, as the reference server does).
+    #[error("Unsupported protocol version")]
+    UnsupportedProtocolVersion,
 }
 
 impl HandshakeError {
@@ -51,6 +55,7 @@ impl HandshakeError {
             HandshakeError::BadHandshakeMethod => 2,
             HandshakeError::BadRequest => 3,
             HandshakeError::Forbidden => 4,
+            HandshakeError::UnsupportedProtocolVersion => 5,
         }
     }
 
@@ -86,8 +91,8 @@ pub fn parse_query(query: &str) -> Result<EioQuery, HandshakeError> {
         Some("websocket") => Transport::WebSocket,
         _ => return Err(HandshakeError::UnknownTransport),
     };
-    if eio != Some(PROTOCOL_REVISION) {
-        return Err(HandshakeError::BadRequest);
+    if sid.is_none() && eio != Some(PROTOCOL_REVISION) {
+        return Err(HandshakeError::UnsupportedProtocolVersion);
     }
     let sid = match sid {
         None => None,
@@ -161,12 +166,14 @@ mod tests {
         );
         assert_eq!(
             parse_query("EIO=3&transport=polling"),
-            Err(HandshakeError::BadRequest)
+            Err(HandshakeError::UnsupportedProtocolVersion)
         );
         assert_eq!(
             parse_query("transport=polling"),
-            Err(HandshakeError::BadRequest)
+            Err(HandshakeError::UnsupportedProtocolVersion)
         );
+        // Checked on the handshake only.
+        assert!(parse_query("transport=polling&sid=abc").is_ok());
         assert_eq!(
             parse_query("EIO=4&transport=flash"),
             Err(HandshakeError::UnknownTransport)
