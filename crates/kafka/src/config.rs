@@ -6,6 +6,12 @@
 //! configurable: `enable.idempotence=true` and `acks=all` are always set, and a
 //! `[sinks.kafka.properties]` entry that would weaken them is refused.
 //!
+//! A property the sink sets from one of its own keys (`linger.ms` from
+//! `linger_ms`, …) is refused too, under any of librdkafka's names for it
+//! (`queue.buffering.max.ms`, `delivery.timeout.ms`, …): librdkafka would
+//! otherwise apply the two in an order that changes from run to run
+//! ([`crate::properties`]). The error names the key to write instead.
+//!
 //! Kafka topics are a bounded set the operator names: every message goes to
 //! `topic` unless a `topic_template` derives another one that is on the
 //! `topics` allow-list. A new tag never creates a new Kafka topic unless
@@ -38,6 +44,7 @@ use rdkafka::ClientConfig;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::properties::{self, Conflict};
 use crate::template::TopicTemplate;
 
 /// `[sinks.kafka]`: where and how to produce.
@@ -101,8 +108,9 @@ pub struct KafkaConfig {
     /// (`message.timeout.ms`); a failed message fails its acknowledgement.
     /// Default [`KafkaConfig::DEFAULT_MESSAGE_TIMEOUT_MS`].
     pub message_timeout_ms: u32,
-    /// Free-form librdkafka properties, applied before the sink's own.
-    /// Default: none.
+    /// Free-form librdkafka properties. One the sink sets itself (see
+    /// [`KafkaConfig::OWN_PROPERTIES`], [`KafkaConfig::GUARANTEES`]), under
+    /// any of its names, is refused. Default: none.
     pub properties: BTreeMap<String, PropertyValue>,
 }
 
@@ -188,16 +196,38 @@ impl KafkaConfig {
         if self.message_key_field.as_deref() == Some("") {
             return Err(ConfigError::EmptyKeyField);
         }
-        Ok(())
+        self.check_properties()
+    }
+
+    /// Refuses a property the sink sets itself, under any of its names,
+    /// one that would weaken [`Self::GUARANTEES`], and two names of one
+    /// property.
+    fn check_properties(&self) -> Result<(), ConfigError> {
+        let owned = Self::OWN_PROPERTIES.map(|(property, key)| (property, Some(key)));
+        properties::check(&self.properties, &owned, &Self::GUARANTEES, acks_same).map_err(|c| {
+            match c {
+                Conflict::Guarantee { property, value } => ConfigError::WeakensGuarantee {
+                    key: property,
+                    value,
+                },
+                Conflict::Owned {
+                    property,
+                    sets,
+                    key,
+                } => ConfigError::SetBySection {
+                    property,
+                    sets,
+                    key: key.unwrap_or(""),
+                },
+                Conflict::Twice { first, second } => ConfigError::SameProperty { first, second },
+            }
+        })
     }
 
     /// Checks the section and builds the librdkafka configuration.
     pub fn client_config(&self) -> Result<ClientConfig, ConfigError> {
         self.check()?;
-        let mut cfg =
-            properties_with_guarantees(&self.properties, &Self::GUARANTEES, |k, v, want| {
-                v == want || (k == "acks" && v == "-1")
-            })
+        let mut cfg = properties_with_guarantees(&self.properties, &Self::GUARANTEES, acks_same)
             .map_err(|(key, value)| ConfigError::WeakensGuarantee { key, value })?;
         // librdkafka's own count bound sits above ours, so our semaphore is the
         // bound that bites and `send` waits instead of failing.
@@ -227,11 +257,19 @@ impl KafkaConfig {
     /// `[sinks.kafka] linger_ms` for a property the sink sets from its own
     /// key, `[sinks.kafka.properties] "name"` for a free-form one.
     pub fn key_of_property(&self, property: &str) -> String {
-        match Self::OWN_PROPERTIES.iter().find(|(p, _)| *p == property) {
+        match Self::OWN_PROPERTIES
+            .iter()
+            .find(|(p, _)| properties::same_property(p, property))
+        {
             Some((_, key)) => format!("[sinks.kafka] {key}"),
             None => format!("[sinks.kafka.properties] {property:?}"),
         }
     }
+}
+
+/// Whether `value` keeps guarantee `key` at `want` (`acks = -1` is `all`).
+pub(crate) fn acks_same(key: &str, value: &str, want: &str) -> bool {
+    value == want || (key == "acks" && value == "-1")
 }
 
 fn check_topic(key: &'static str, topic: &str) -> Result<(), ConfigError> {
@@ -320,9 +358,9 @@ impl fmt::Display for PropertyValue {
 /// A librdkafka configuration from a section's free-form `properties`, with
 /// each of `guarantees` set on top, and the quick re-bootstrap
 /// ([`crate::rebootstrap`]) unless the properties set it. A property that
-/// names a guarantee must keep it (`same(key, value, wanted)`); otherwise
-/// `Err((key, value))`: a user cannot turn off what the sink or source
-/// promises.
+/// names a guarantee, under any of its names, must keep it (`same(key,
+/// value, wanted)`, `key` the guarantee's name); otherwise `Err((property,
+/// value))`: a user cannot turn off what the sink or source promises.
 pub(crate) fn properties_with_guarantees(
     properties: &BTreeMap<String, PropertyValue>,
     guarantees: &[(&str, &str)],
@@ -333,10 +371,13 @@ pub(crate) fn properties_with_guarantees(
         cfg.set(k, v.to_string());
     }
     for &(k, want) in guarantees {
-        if let Some(v) = properties.get(k) {
+        for (name, v) in properties
+            .iter()
+            .filter(|(name, _)| properties::same_property(name, k))
+        {
             let v = v.to_string();
             if !same(k, &v, want) {
-                return Err((k.to_owned(), v));
+                return Err((name.clone(), v));
             }
         }
         cfg.set(k, want);
@@ -345,18 +386,7 @@ pub(crate) fn properties_with_guarantees(
     Ok(cfg)
 }
 
-/// Sets `key` to `value` unless `cfg` already has it (a default the
-/// user's properties may change).
-pub(crate) fn set_default<'a>(
-    cfg: &'a mut ClientConfig,
-    key: &str,
-    value: String,
-) -> &'a mut ClientConfig {
-    if cfg.get(key).is_none() {
-        cfg.set(key, value);
-    }
-    cfg
-}
+pub(crate) use crate::properties::set_default;
 
 /// A `[sinks.kafka]` section that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -405,6 +435,33 @@ pub enum ConfigError {
     /// `message_key_field = ""`.
     #[error("[sinks.kafka] message_key_field is empty")]
     EmptyKeyField,
+    /// A property names, under this name or another of librdkafka's, one
+    /// the sink sets from its own key: which one would win changes from
+    /// run to run.
+    #[error(
+        "[sinks.kafka.properties] {property:?}{other}: the sink sets it from \
+         [sinks.kafka] {key}; set {key} instead",
+        other = properties::other_name(.property, .sets)
+    )]
+    SetBySection {
+        /// The property as written.
+        property: String,
+        /// The property the sink sets.
+        sets: &'static str,
+        /// The section's key that sets it.
+        key: &'static str,
+    },
+    /// Two properties are names of one librdkafka property.
+    #[error(
+        "[sinks.kafka.properties] {first:?} and {second:?} are names of one librdkafka \
+         property; keep one"
+    )]
+    SameProperty {
+        /// The first, in the file's sorted order.
+        first: String,
+        /// The second.
+        second: String,
+    },
     /// A property would weaken idempotence or `acks=all`.
     #[error(
         "[sinks.kafka.properties] {key} = {value:?} would weaken the sink's delivery guarantee"
@@ -578,6 +635,137 @@ mod tests {
         .unwrap()
         .check()
         .unwrap();
+    }
+
+    /// Every name librdkafka reads as a property the sink sets, with the
+    /// key that sets it.
+    const OWN_NAMES: [(&str, &str); 11] = [
+        ("bootstrap.servers", "brokers"),
+        ("metadata.broker.list", "brokers"),
+        ("linger.ms", "linger_ms"),
+        ("queue.buffering.max.ms", "linger_ms"),
+        ("batch.size", "batch_size"),
+        ("compression.codec", "compression"),
+        ("compression.type", "compression"),
+        ("queue.buffering.max.messages", "queue_max_messages"),
+        ("queue.buffering.max.kbytes", "queue_max_kbytes"),
+        ("message.timeout.ms", "message_timeout_ms"),
+        ("delivery.timeout.ms", "message_timeout_ms"),
+    ];
+
+    #[test]
+    fn a_property_the_sink_sets_itself_is_refused_under_any_of_its_names() {
+        for (property, key) in OWN_NAMES {
+            let mut c = KafkaConfig::default();
+            c.properties
+                .insert(property.into(), PropertyValue::Integer(1000));
+            let e = c.check().unwrap_err();
+            assert!(
+                matches!(&e, ConfigError::SetBySection { property: p, key: k, .. }
+                    if p == property && *k == key),
+                "{property}: {e:?}"
+            );
+            let text = e.to_string();
+            assert!(
+                text.starts_with(&format!("[sinks.kafka.properties] {property:?}")),
+                "{text}"
+            );
+            assert!(
+                text.contains(&format!("[sinks.kafka] {key}; set {key} instead")),
+                "{text}"
+            );
+            // What `tidegate config --check` and start-up run.
+            assert_eq!(crate::validate(&c).unwrap_err(), text);
+        }
+        let e = toml::from_str::<KafkaConfig>("[properties]\n\"delivery.timeout.ms\" = 1000")
+            .unwrap()
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "[sinks.kafka.properties] \"delivery.timeout.ms\" (another name for \
+             message.timeout.ms): the sink sets it from [sinks.kafka] message_timeout_ms; \
+             set message_timeout_ms instead"
+        );
+        // Not silently overridden by the sink's own value any more.
+        let e = toml::from_str::<KafkaConfig>("[properties]\n\"linger.ms\" = \"abc\"")
+            .unwrap()
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("\"linger.ms\"") && e.contains("linger_ms"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_alias_against_the_sinks_own_key_fails_the_same_way_every_time() {
+        // Measured before: linger_ms = 5000 with "delivery.timeout.ms" =
+        // 1000 passed validation or failed it depending on the order
+        // librdkafka got the two in, a different one per ClientConfig.
+        let c: KafkaConfig =
+            toml::from_str("linger_ms = 5000\n[properties]\n\"delivery.timeout.ms\" = 1000")
+                .unwrap();
+        let first = crate::validate(&c).unwrap_err();
+        assert!(
+            first.contains("\"delivery.timeout.ms\"") && first.contains("message_timeout_ms"),
+            "{first}"
+        );
+        for _ in 0..30 {
+            assert_eq!(crate::validate(&c).unwrap_err(), first);
+        }
+        // The sink's own keys alone conflict the same way every time too.
+        let c: KafkaConfig = toml::from_str("linger_ms = 5000\nmessage_timeout_ms = 1000").unwrap();
+        let first = crate::validate(&c).unwrap_err();
+        for _ in 0..30 {
+            assert_eq!(crate::validate(&c).unwrap_err(), first);
+        }
+    }
+
+    #[test]
+    fn a_guarantee_is_kept_under_any_of_its_names() {
+        let with = |property: &str, value: PropertyValue| {
+            let mut c = KafkaConfig::default();
+            c.properties.insert(property.into(), value);
+            c
+        };
+        let c = with("request.required.acks", PropertyValue::Integer(1));
+        assert_eq!(
+            c.check().unwrap_err(),
+            ConfigError::WeakensGuarantee {
+                key: "request.required.acks".into(),
+                value: "1".into()
+            }
+        );
+        assert!(matches!(
+            c.client_config(),
+            Err(ConfigError::WeakensGuarantee { .. })
+        ));
+        for v in [
+            PropertyValue::Integer(-1),
+            PropertyValue::Text("all".into()),
+        ] {
+            let rd = with("request.required.acks", v).client_config().unwrap();
+            assert_eq!(rd.get("acks"), Some("all"));
+        }
+        let e = with("enable.idempotence", PropertyValue::Bool(false))
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("enable.idempotence"), "{e}");
+    }
+
+    #[test]
+    fn two_names_of_one_property_are_refused() {
+        let c: KafkaConfig =
+            toml::from_str("[properties]\nretries = 5\n\"message.send.max.retries\" = 6").unwrap();
+        assert_eq!(
+            c.check().unwrap_err().to_string(),
+            "[sinks.kafka.properties] \"message.send.max.retries\" and \"retries\" are names \
+             of one librdkafka property; keep one"
+        );
     }
 
     #[test]

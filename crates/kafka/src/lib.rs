@@ -18,6 +18,8 @@
 //! - [`room`]: the bound on unacknowledged messages (backpressure).
 //! - [`health`]: broker connection, for readiness.
 //! - [`probe`]: [`validate`] and [`probe`] a section before serving with it.
+//! - [`properties`]: librdkafka property names and aliases; a section's
+//!   `properties` kept off what the section sets itself.
 //! - [`metrics`]: the sink's counters.
 //! - [`source`]: the Kafka source, `[sources.kafka]`: a consumer group's
 //!   records published into the hub, committed behind its acknowledgements.
@@ -33,6 +35,7 @@ pub mod key;
 pub mod metrics;
 pub mod probe;
 pub mod producer;
+pub mod properties;
 pub mod rebootstrap;
 pub mod record;
 pub mod recovery;

@@ -124,7 +124,8 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
         let hub = hub.clone();
         start(&mut tasks, &readiness, "cluster", async move {
             if let Some(c) = c {
-                tidegate_kafka::backbone::ensure_topic(&c).await;
+                tidegate_kafka::backbone::ensure_topic_until(&c, token.clone().cancelled_owned())
+                    .await;
             }
             tokio::join!(
                 reader.run(hub, token.clone().cancelled_owned()),

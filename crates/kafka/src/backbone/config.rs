@@ -15,6 +15,11 @@
 //! [cluster.properties]            # librdkafka, for the producer and the reader
 //! "security.protocol" = "ssl"
 //! ```
+//!
+//! `[cluster.properties]` may not name, under any of librdkafka's names
+//! ([`crate::properties`]), a property the backbone sets itself: one of its
+//! clients would otherwise get either value, changing from run to run.
+//! See [`ClusterConfig::OWN_PROPERTIES`].
 
 use std::collections::BTreeMap;
 
@@ -24,6 +29,7 @@ use tidegate_hub::Pattern;
 
 use rdkafka::ClientConfig;
 
+use crate::properties::{self, Conflict};
 use crate::{KafkaConfig, PropertyValue};
 
 /// The distributed engine nodes share topics through.
@@ -78,7 +84,11 @@ pub struct ClusterConfig {
     /// (`queued.max.messages.kbytes`). Default
     /// [`ClusterConfig::DEFAULT_READ_AHEAD_KBYTES`].
     pub read_ahead_kbytes: u32,
-    /// librdkafka properties for the producer and the reader. Default: none.
+    /// librdkafka properties for the producer, the reader and the
+    /// heartbeat. One the backbone sets itself
+    /// ([`ClusterConfig::OWN_PROPERTIES`]), under any of its names, is
+    /// refused; the producer's guarantees ([`KafkaConfig::GUARANTEES`]) may
+    /// only be repeated. Default: none.
     pub properties: BTreeMap<String, PropertyValue>,
 }
 
@@ -109,6 +119,26 @@ impl ClusterConfig {
     pub const DEFAULT_QUEUE_MAX_MESSAGES: usize = 100_000;
     /// Default reader prefetch per partition, 16 MiB.
     pub const DEFAULT_READ_AHEAD_KBYTES: u32 = 16_384;
+    /// The librdkafka properties the backbone's clients set themselves,
+    /// each with the `[cluster]` key it comes from (`None`: fixed): a
+    /// `[cluster.properties]` entry naming one is refused. The producer's
+    /// are the sink's ([`KafkaConfig::OWN_PROPERTIES`]); the reader, the
+    /// heartbeat, the replay and `tidegate cluster status` set the group
+    /// and how offsets are kept.
+    pub const OWN_PROPERTIES: [(&'static str, Option<&'static str>); 12] = [
+        ("bootstrap.servers", Some("brokers")),
+        ("linger.ms", Some("linger_ms")),
+        ("queue.buffering.max.messages", Some("queue_max_messages")),
+        ("queued.max.messages.kbytes", Some("read_ahead_kbytes")),
+        ("group.id", Some("node")),
+        ("batch.size", None),
+        ("compression.codec", None),
+        ("queue.buffering.max.kbytes", None),
+        ("message.timeout.ms", None),
+        ("enable.auto.commit", None),
+        ("enable.auto.offset.store", None),
+        ("enable.partition.eof", None),
+    ];
 
     /// A cluster on `brokers`, everything else default.
     pub fn for_brokers(brokers: impl Into<String>) -> Self {
@@ -162,7 +192,33 @@ impl ClusterConfig {
         if self.queue_max_messages == 0 {
             return Err(ClusterConfigError::ZeroQueue);
         }
-        Ok(())
+        properties::check(
+            &self.properties,
+            &Self::OWN_PROPERTIES,
+            &KafkaConfig::GUARANTEES,
+            crate::config::acks_same,
+        )
+        .map_err(|c| match c {
+            Conflict::Guarantee { property, value } => ClusterConfigError::WeakensGuarantee {
+                key: property,
+                value,
+            },
+            Conflict::Owned {
+                property,
+                sets,
+                key: Some(key),
+            } => ClusterConfigError::SetBySection {
+                property,
+                sets,
+                key,
+            },
+            Conflict::Owned {
+                property,
+                sets,
+                key: None,
+            } => ClusterConfigError::SetByBackbone { property, sets },
+            Conflict::Twice { first, second } => ClusterConfigError::SameProperty { first, second },
+        })
     }
 
     /// The librdkafka configuration every backbone client starts from:
@@ -252,6 +308,56 @@ pub enum ClusterConfigError {
     /// `queue_max_messages = 0`.
     #[error("[cluster] queue_max_messages must be at least 1")]
     ZeroQueue,
+    /// A property names, under this name or another of librdkafka's, one
+    /// the backbone sets from a `[cluster]` key.
+    #[error(
+        "[cluster.properties] {property:?}{other}: the backbone sets it from \
+         [cluster] {key}; set {key} instead",
+        other = properties::other_name(.property, .sets)
+    )]
+    SetBySection {
+        /// The property as written.
+        property: String,
+        /// The property the backbone sets.
+        sets: &'static str,
+        /// The `[cluster]` key that sets it.
+        key: &'static str,
+    },
+    /// A property names, under this name or another of librdkafka's, one
+    /// the backbone fixes.
+    #[error(
+        "[cluster.properties] {property:?}{other}: the backbone sets it itself; \
+         it cannot be changed",
+        other = properties::other_name(.property, .sets)
+    )]
+    SetByBackbone {
+        /// The property as written.
+        property: String,
+        /// The property the backbone sets.
+        sets: &'static str,
+    },
+    /// Two properties are names of one librdkafka property.
+    #[error(
+        "[cluster.properties] {first:?} and {second:?} are names of one librdkafka \
+         property; keep one"
+    )]
+    SameProperty {
+        /// The first, in the file's sorted order.
+        first: String,
+        /// The second.
+        second: String,
+    },
+    /// A property would weaken the producer's idempotence or `acks=all`.
+    #[error(
+        "[cluster.properties] {key} = {value:?} would weaken the backbone producer's \
+         delivery guarantee"
+    )]
+    WeakensGuarantee {
+        /// The property.
+        key: String,
+        /// The refused value.
+        value: String,
+    },
 }
 
 #[cfg(test)]
@@ -287,5 +393,100 @@ mod tests {
         assert!(err("replication_factor = 0").contains("replication_factor"));
         assert!(err("node = \"a b\"").contains("node"));
         assert!(toml::from_str::<ClusterConfig>("backbone = \"redis\"").is_err());
+    }
+
+    #[test]
+    fn a_property_the_backbone_sets_itself_is_refused_under_any_of_its_names() {
+        let keyed = [
+            ("bootstrap.servers", "brokers"),
+            ("metadata.broker.list", "brokers"),
+            ("linger.ms", "linger_ms"),
+            ("queue.buffering.max.ms", "linger_ms"),
+            ("queue.buffering.max.messages", "queue_max_messages"),
+            ("queued.max.messages.kbytes", "read_ahead_kbytes"),
+            ("group.id", "node"),
+        ];
+        let check = |property: &str| {
+            let mut c = ClusterConfig::default();
+            c.properties
+                .insert(property.into(), PropertyValue::Integer(1000));
+            let e = c.check().unwrap_err();
+            // The same refusal every time.
+            for _ in 0..10 {
+                assert_eq!(c.check().unwrap_err(), e);
+            }
+            e
+        };
+        for (property, key) in keyed {
+            let e = check(property);
+            assert!(
+                matches!(&e, ClusterConfigError::SetBySection { property: p, key: k, .. }
+                    if p == property && *k == key),
+                "{property}: {e:?}"
+            );
+            let text = e.to_string();
+            assert!(
+                text.starts_with(&format!("[cluster.properties] {property:?}"))
+                    && text.contains(&format!("[cluster] {key}; set {key} instead")),
+                "{text}"
+            );
+        }
+        let fixed = [
+            "batch.size",
+            "compression.codec",
+            "compression.type",
+            "queue.buffering.max.kbytes",
+            "message.timeout.ms",
+            "delivery.timeout.ms",
+            "enable.auto.commit",
+            "enable.auto.offset.store",
+            "enable.partition.eof",
+        ];
+        for property in fixed {
+            let e = check(property);
+            assert!(
+                matches!(&e, ClusterConfigError::SetByBackbone { property: p, .. } if p == property),
+                "{property}: {e:?}"
+            );
+            let text = e.to_string();
+            assert!(
+                text.starts_with(&format!("[cluster.properties] {property:?}"))
+                    && text.ends_with("the backbone sets it itself; it cannot be changed"),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            check("delivery.timeout.ms").to_string(),
+            "[cluster.properties] \"delivery.timeout.ms\" (another name for message.timeout.ms): \
+             the backbone sets it itself; it cannot be changed"
+        );
+    }
+
+    #[test]
+    fn the_producers_guarantees_are_checked_with_the_section() {
+        let with = |property: &str, value: PropertyValue| {
+            let mut c = ClusterConfig::default();
+            c.properties.insert(property.into(), value);
+            c
+        };
+        for (property, value) in [
+            ("acks", PropertyValue::Integer(1)),
+            ("request.required.acks", PropertyValue::Integer(0)),
+            ("enable.idempotence", PropertyValue::Bool(false)),
+        ] {
+            let e = with(property, value).check().unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("[cluster.properties] {property} = ")),
+                "{e}"
+            );
+        }
+        let c = with("acks", PropertyValue::Text("all".into()));
+        c.check().unwrap();
+        c.producer_config().client_config().unwrap();
+        // What the backbone only defaults stays the user's to change.
+        let c = with("fetch.message.max.bytes", PropertyValue::Integer(1 << 20));
+        c.check().unwrap();
+        let c = with("security.protocol", PropertyValue::Text("ssl".into()));
+        c.check().unwrap();
     }
 }

@@ -106,13 +106,22 @@ impl HeartbeatWriter {
 
     /// Writes a heartbeat now and every [`HEARTBEAT_INTERVAL`] until
     /// `shutdown`. A heartbeat the broker does not take is dropped (the
-    /// next one says the same).
+    /// next one says the same). `shutdown` also ends the wait for the
+    /// broker's answer (up to [`HEARTBEAT_INTERVAL`] with the broker
+    /// unreachable), and the producer's close is waited for at most
+    /// [`super::CLOSE_TIMEOUT`].
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
+        self.beat_until(shutdown).await;
+        super::close_within("heartbeat producer", self.producer, super::CLOSE_TIMEOUT).await;
+    }
+
+    async fn beat_until(&self, mut shutdown: std::pin::Pin<&mut impl Future<Output = ()>>) {
         let mut tick = tokio::time::interval(HEARTBEAT_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                biased;
                 _ = &mut shutdown => return,
                 _ = tick.tick() => {}
             }
@@ -132,8 +141,14 @@ impl HeartbeatWriter {
             let record = FutureRecord::to(&self.topic)
                 .key(self.node.as_bytes())
                 .payload(&value);
-            if let Err((e, _)) = self.producer.send(record, HEARTBEAT_INTERVAL).await {
-                debug!(error = %e, "cluster: heartbeat not written");
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => return,
+                sent = self.producer.send(record, HEARTBEAT_INTERVAL) => {
+                    if let Err((e, _)) = sent {
+                        debug!(error = %e, "cluster: heartbeat not written");
+                    }
+                }
             }
         }
     }

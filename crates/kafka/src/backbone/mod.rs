@@ -34,6 +34,7 @@ pub mod reader;
 pub mod status;
 pub mod writer;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -165,13 +166,26 @@ pub const NODES_RETENTION_MS: &str = "3600000";
 /// and the nodes topic (one partition), unless they exist; a broker that does not answer within
 /// [`CREATE_TIMEOUT`] is logged, not fatal (the reader waits for the topic,
 /// and a broker that auto-creates topics makes it on the first record).
+///
+/// Does not give way to a shutdown: [`ensure_topic_until`] does.
 pub async fn ensure_topic(config: &ClusterConfig) {
+    ensure_topic_until(config, std::future::pending()).await;
+}
+
+/// [`ensure_topic`], given up as soon as `shutdown` completes: with the
+/// broker unreachable, creating the topic waits up to [`CREATE_TIMEOUT`],
+/// which a node asked to stop must not sit out. True when it was not
+/// interrupted.
+pub async fn ensure_topic_until(
+    config: &ClusterConfig,
+    shutdown: impl Future<Output = ()>,
+) -> bool {
     let admin: Result<AdminClient<DefaultClientContext>, _> = config.client_config().create();
     let admin = match admin {
         Ok(a) => a,
         Err(e) => {
             warn!(error = %e, "cluster: no admin client to create the backbone topic");
-            return;
+            return true;
         }
     };
     let topic = NewTopic::new(
@@ -180,8 +194,17 @@ pub async fn ensure_topic(config: &ClusterConfig) {
         TopicReplication::Fixed(config.replication_factor),
     );
     let opts = AdminOptions::new().request_timeout(Some(CREATE_TIMEOUT));
-    match admin.create_topics([&topic], &opts).await {
-        Ok(results) => match results.into_iter().next() {
+    let created = tokio::select! {
+        biased;
+        _ = shutdown => None,
+        r = admin.create_topics([&topic], &opts) => Some(r),
+    };
+    let finished = created.is_some();
+    match created {
+        None => {
+            info!(topic = %config.topic, "cluster: shutting down; not creating the backbone topic")
+        }
+        Some(Ok(results)) => match results.into_iter().next() {
             Some(Ok(_)) => info!(topic = %config.topic, partitions = config.partitions,
                                  "cluster: created the backbone topic"),
             Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) | None => {}
@@ -189,8 +212,148 @@ pub async fn ensure_topic(config: &ClusterConfig) {
                 warn!(topic = %config.topic, error = %code, "cluster: creating the backbone topic failed")
             }
         },
-        Err(e) => {
+        Some(Err(e)) => {
             warn!(topic = %config.topic, error = %e, "cluster: creating the backbone topic failed")
         }
+    }
+    close_within("admin", admin, CLOSE_TIMEOUT).await;
+    finished
+}
+
+/// How long a backbone client may take to close (the reader commits its
+/// position) before the task that owned it ends without waiting more: a
+/// shutdown with the broker unreachable must end within `[hub]
+/// shutdown_grace_ms`.
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Runs `f` on a thread of its own and waits for what it returns; `None`
+/// if the thread could not start or panicked. For librdkafka's blocking
+/// calls: not on the runtime's blocking pool, whose shutdown — the process's
+/// exit — waits for every call in it, however long the broker makes it
+/// wait, even when the task that wanted the answer is gone.
+pub(crate) async fn off_runtime<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name(format!("tidegate-{name}"))
+        .spawn(move || {
+            let _ = tx.send(f());
+        });
+    if let Err(e) = spawned {
+        warn!(error = %e, thread = name, "cluster: could not start a thread");
+        return None;
+    }
+    rx.await.ok()
+}
+
+/// Drops (closes) librdkafka client `client` off the runtime, waiting for
+/// the close at most `limit`; true if it finished in time. A close that
+/// takes longer goes on by itself.
+pub(crate) async fn close_within<T: Send + 'static>(
+    what: &str,
+    client: T,
+    limit: Duration,
+) -> bool {
+    let closed = tokio::time::timeout(limit, off_runtime("close", move || drop(client))).await;
+    if closed.is_err() {
+        warn!(
+            client = what,
+            ?limit,
+            "cluster: closing a backbone client takes too long; not waiting for it"
+        );
+    }
+    closed.is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use tidegate_hub::RouteTable;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+
+    /// A port nothing listens on.
+    fn dead_brokers() -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+    }
+
+    /// The backbone's task as `tidegate serve` runs it, from `create`
+    /// (creating the topic first) until `token` is cancelled.
+    async fn serve_backbone(create: bool, token: CancellationToken) {
+        let config = ClusterConfig::for_brokers(dead_brokers());
+        let hub = Hub::new(RouteTable::default());
+        let node = ClusterNode::new(&config, "n1", &hub).unwrap();
+        if create {
+            ensure_topic_until(&config, token.clone().cancelled_owned()).await;
+        }
+        tokio::join!(
+            node.reader.run(hub, token.clone().cancelled_owned()),
+            node.heartbeat.run(token.cancelled_owned()),
+        );
+    }
+
+    /// How long the task takes to end once cancelled `after` its start.
+    async fn stop_time(create: bool, after: Duration) -> Duration {
+        let token = CancellationToken::new();
+        let task = tokio::spawn(serve_backbone(create, token.clone()));
+        tokio::time::sleep(after).await;
+        let cancelled = Instant::now();
+        token.cancel();
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("the backbone task ended")
+            .unwrap();
+        cancelled.elapsed()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn with_no_broker_the_backbone_task_ends_as_soon_as_it_is_cancelled() {
+        // Creating the topic (up to CREATE_TIMEOUT, 10 s, against a broker
+        // that does not answer).
+        let t = stop_time(true, Duration::from_millis(500)).await;
+        assert!(
+            t < Duration::from_secs(1),
+            "while creating the topic: {t:?}"
+        );
+        // The reader asking for partitions (5 s per request) and the
+        // heartbeat waiting for the broker to take its record (5 s).
+        let t = stop_time(false, Duration::from_millis(1500)).await;
+        assert!(
+            t < Duration::from_secs(1),
+            "while reading and beating: {t:?}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn creating_the_topic_gives_way_to_a_shutdown() {
+        let config = ClusterConfig::for_brokers(dead_brokers());
+        let started = Instant::now();
+        let finished =
+            ensure_topic_until(&config, tokio::time::sleep(Duration::from_millis(200))).await;
+        assert!(!finished);
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_close_that_takes_too_long_is_not_waited_for() {
+        struct Slow;
+        impl Drop for Slow {
+            fn drop(&mut self) {
+                std::thread::sleep(Duration::from_secs(3));
+            }
+        }
+        let started = Instant::now();
+        assert!(!close_within("slow", Slow, Duration::from_millis(100)).await);
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert!(close_within("quick", (), Duration::from_secs(1)).await);
     }
 }

@@ -110,10 +110,23 @@ impl BackboneReader {
 
     /// Assigns every partition from its current end (waiting for the broker
     /// as long as it takes, or until `shutdown`), then fans records out
-    /// into `hub` until `shutdown`.
+    /// into `hub` until `shutdown`. Then the consumer closes, committing
+    /// its position; with the broker unreachable that is waited for at
+    /// most [`super::CLOSE_TIMEOUT`].
     pub async fn run(self, hub: Hub, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
+        self.read_until(hub, shutdown).await;
+        let what = format!("backbone reader ({})", self.node);
+        super::close_within(&what, self.consumer, super::CLOSE_TIMEOUT).await;
+    }
+
+    async fn read_until(
+        &self,
+        hub: Hub,
+        mut shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
+    ) {
         let partitions = tokio::select! {
+            biased;
             _ = &mut shutdown => return,
             p = self.partitions() => p,
         };
@@ -144,7 +157,12 @@ impl BackboneReader {
                 _ = lag_tick.tick() => {
                     seen.retain(|_, at| at.elapsed() < NODE_SEEN_WINDOW);
                     self.metrics.nodes_seen.set(seen.len() as i64);
-                    self.update_lag(&partitions).await;
+                    // Up to a second per partition with the broker away.
+                    tokio::select! {
+                        biased;
+                        _ = &mut shutdown => break,
+                        _ = self.update_lag(&partitions) => {}
+                    }
                 }
                 record = self.consumer.recv() => match record {
                     Ok(r) => {
@@ -200,10 +218,6 @@ impl BackboneReader {
                 }
             }
         }
-        let consumer = self.consumer.clone();
-        drop(self);
-        // Closing commits the position and may wait for the broker.
-        let _ = tokio::task::spawn_blocking(move || drop(consumer)).await;
     }
 
     /// The backbone topic's partitions with their ends (the record offset
@@ -211,7 +225,9 @@ impl BackboneReader {
     async fn partitions(&self) -> Vec<(i32, i64)> {
         loop {
             let (consumer, topic) = (self.consumer.clone(), self.topic.clone());
-            let found = tokio::task::spawn_blocking(move || {
+            // Off the runtime: a fetch left behind by a shutdown must not
+            // hold the process's exit for its timeouts.
+            let found = super::off_runtime("backbone-metadata", move || {
                 let timeout = Duration::from_secs(5);
                 let md = consumer.fetch_metadata(Some(&topic), timeout)?;
                 md.topics()
@@ -226,12 +242,12 @@ impl BackboneReader {
             })
             .await;
             match found {
-                Ok(Ok(p)) if !p.is_empty() => return p,
-                Ok(Ok(_)) => {
+                Some(Ok(p)) if !p.is_empty() => return p,
+                Some(Ok(_)) => {
                     warn!(topic = %self.topic, "cluster: the backbone topic has no partitions yet")
                 }
-                Ok(Err(e)) => warn!(error = %e, "cluster: no backbone metadata yet"),
-                Err(e) => warn!(error = %e, "cluster: metadata task failed"),
+                Some(Err(e)) => warn!(error = %e, "cluster: no backbone metadata yet"),
+                None => warn!("cluster: the metadata request failed"),
             }
             tokio::time::sleep(METADATA_RETRY).await;
         }
@@ -244,7 +260,7 @@ impl BackboneReader {
             self.topic.clone(),
             partitions.to_vec(),
         );
-        let lag = tokio::task::spawn_blocking(move || {
+        let lag = super::off_runtime("backbone-lag", move || {
             let positions = consumer.position().ok()?;
             let mut lag = 0i64;
             for p in parts {
@@ -260,7 +276,7 @@ impl BackboneReader {
             Some(lag)
         })
         .await;
-        if let Ok(Some(lag)) = lag {
+        if let Some(Some(lag)) = lag {
             self.metrics.lag.set(lag);
         }
     }

@@ -5,7 +5,9 @@
 //! accepted it (and every routed sink acknowledged it) — is not
 //! configurable: `enable.auto.offset.store=false` is always set, and a
 //! `[sources.kafka.properties]` entry that would store or commit offsets on
-//! its own is refused.
+//! its own is refused. So is a property the source sets from one of its own
+//! keys (`group.id`, `auto.offset.reset`, …), under any of librdkafka's
+//! names for it ([`crate::properties`]): the error names the key to write.
 //!
 //! ```toml
 //! [sources.kafka]
@@ -29,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::config::properties_with_guarantees;
+use crate::properties::{self, Conflict};
 use crate::PropertyValue;
 
 /// `[sources.kafka]`: what to consume and how.
@@ -69,8 +72,10 @@ pub struct KafkaSourceConfig {
     /// (`queued.max.messages.kbytes`). Default
     /// [`KafkaSourceConfig::DEFAULT_QUEUE_MAX_KBYTES`].
     pub queue_max_kbytes: u32,
-    /// Free-form librdkafka consumer properties, applied before the
-    /// source's own. Default: none.
+    /// Free-form librdkafka consumer properties. One the source sets
+    /// itself (see [`KafkaSourceConfig::OWN_PROPERTIES`],
+    /// [`KafkaSourceConfig::GUARANTEES`]), under any of its names, is
+    /// refused. Default: none.
     pub properties: BTreeMap<String, PropertyValue>,
 }
 
@@ -115,6 +120,15 @@ impl KafkaSourceConfig {
     pub const GUARANTEES: [(&'static str, &'static str); 2] = [
         ("enable.auto.offset.store", "false"),
         ("enable.auto.commit", "true"),
+    ];
+    /// The librdkafka property behind each of the source's own keys: a
+    /// `properties` entry naming one is refused.
+    pub const OWN_PROPERTIES: [(&'static str, &'static str); 5] = [
+        ("bootstrap.servers", "brokers"),
+        ("group.id", "group_id"),
+        ("auto.offset.reset", "start"),
+        ("auto.commit.interval.ms", "commit_interval_ms"),
+        ("queued.max.messages.kbytes", "queue_max_kbytes"),
     ];
 
     /// A source consuming `topics` from `brokers`, everything else default.
@@ -176,7 +190,26 @@ impl KafkaSourceConfig {
         if self.commit_interval_ms == 0 {
             return Err(SourceConfigError::ZeroCommitInterval);
         }
-        Ok(())
+        let owned = Self::OWN_PROPERTIES.map(|(property, key)| (property, Some(key)));
+        properties::check(&self.properties, &owned, &Self::GUARANTEES, |_, v, want| {
+            v == want
+        })
+        .map_err(|c| match c {
+            Conflict::Guarantee { property, value } => SourceConfigError::WeakensGuarantee {
+                key: property,
+                value,
+            },
+            Conflict::Owned {
+                property,
+                sets,
+                key,
+            } => SourceConfigError::SetBySection {
+                property,
+                sets,
+                key: key.unwrap_or(""),
+            },
+            Conflict::Twice { first, second } => SourceConfigError::SameProperty { first, second },
+        })
     }
 
     /// Checks the section and builds the librdkafka consumer configuration.
@@ -254,6 +287,32 @@ pub enum SourceConfigError {
     /// `commit_interval_ms = 0` would turn committing off.
     #[error("[sources.kafka] commit_interval_ms must be at least 1")]
     ZeroCommitInterval,
+    /// A property names, under this name or another of librdkafka's, one
+    /// the source sets from its own key.
+    #[error(
+        "[sources.kafka.properties] {property:?}{other}: the source sets it from \
+         [sources.kafka] {key}; set {key} instead",
+        other = properties::other_name(.property, .sets)
+    )]
+    SetBySection {
+        /// The property as written.
+        property: String,
+        /// The property the source sets.
+        sets: &'static str,
+        /// The section's key that sets it.
+        key: &'static str,
+    },
+    /// Two properties are names of one librdkafka property.
+    #[error(
+        "[sources.kafka.properties] {first:?} and {second:?} are names of one librdkafka \
+         property; keep one"
+    )]
+    SameProperty {
+        /// The first, in the file's sorted order.
+        first: String,
+        /// The second.
+        second: String,
+    },
     /// A property would commit offsets the hub has not accepted.
     #[error(
         "[sources.kafka.properties] {key} = {value:?} would commit records before the hub accepted them"
@@ -308,5 +367,81 @@ mod tests {
         assert!(e.contains("enable.auto.offset.store"), "{e}");
         assert!(toml::from_str::<KafkaSourceConfig>("start = \"middle\"").is_err());
         assert!(toml::from_str::<KafkaSourceConfig>("topicz = []").is_err());
+    }
+
+    #[test]
+    fn a_property_the_source_sets_itself_is_refused_under_any_of_its_names() {
+        let names = [
+            ("bootstrap.servers", "brokers"),
+            ("metadata.broker.list", "brokers"),
+            ("group.id", "group_id"),
+            ("auto.offset.reset", "start"),
+            ("auto.commit.interval.ms", "commit_interval_ms"),
+            ("queued.max.messages.kbytes", "queue_max_kbytes"),
+        ];
+        for (property, key) in names {
+            let mut c = KafkaSourceConfig::for_topics("k:9092", &["t"]);
+            c.properties
+                .insert(property.into(), PropertyValue::Text("x".into()));
+            let e = c.check().unwrap_err();
+            assert!(
+                matches!(&e, SourceConfigError::SetBySection { property: p, key: k, .. }
+                    if p == property && *k == key),
+                "{property}: {e:?}"
+            );
+            let text = e.to_string();
+            assert!(
+                text.starts_with(&format!("[sources.kafka.properties] {property:?}"))
+                    && text.contains(&format!("[sources.kafka] {key}; set {key} instead")),
+                "{text}"
+            );
+            // Refused the same way every time, and before librdkafka sees it.
+            for _ in 0..10 {
+                assert_eq!(super::super::validate_source(&c).unwrap_err(), text);
+            }
+        }
+        let e = toml::from_str::<KafkaSourceConfig>(
+            "topics = [\"a\"]\n[properties]\n\"metadata.broker.list\" = \"b:1\"",
+        )
+        .unwrap()
+        .check()
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "[sources.kafka.properties] \"metadata.broker.list\" (another name for \
+             bootstrap.servers): the source sets it from [sources.kafka] brokers; set brokers \
+             instead"
+        );
+    }
+
+    #[test]
+    fn the_guarantees_are_checked_with_the_section_and_other_properties_pass() {
+        let mut c = KafkaSourceConfig::for_topics("k:9092", &["t"]);
+        c.properties
+            .insert("enable.auto.commit".into(), PropertyValue::Bool(false));
+        assert!(matches!(
+            c.check(),
+            Err(SourceConfigError::WeakensGuarantee { .. })
+        ));
+        let mut c = KafkaSourceConfig::for_topics("k:9092", &["t"]);
+        c.properties
+            .insert("enable.auto.commit".into(), PropertyValue::Bool(true));
+        c.properties
+            .insert("session.timeout.ms".into(), PropertyValue::Integer(10_000));
+        c.properties.insert(
+            "max.partition.fetch.bytes".into(),
+            PropertyValue::Integer(1 << 20),
+        );
+        let rd = c.client_config().unwrap();
+        assert_eq!(rd.get("session.timeout.ms"), Some("10000"));
+        c.properties.insert(
+            "fetch.message.max.bytes".into(),
+            PropertyValue::Integer(1 << 21),
+        );
+        assert!(matches!(
+            c.check(),
+            Err(SourceConfigError::SameProperty { .. })
+        ));
     }
 }
