@@ -150,7 +150,8 @@ async fn a_socket_io_websocket_that_stops_reading_stays_bounded_and_is_closed() 
     let sid = open[open.find("\"sid\":\"").unwrap() + 7..][..20].to_owned();
     send_text(&mut t, "40").await;
     send_text(&mut t, r#"421["subscribe",["slow.>"]]"#).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Subscribed once the ack is read (a fixed sleep raced the server).
+    while !read_text(&mut t).await.starts_with("431") {}
     // The client reads nothing more: the writer stalls and the backlog
     // piles up server-side, in the bounded hub queue, not the outbox.
     let session = s.ctx.sessions.get(&sid).expect("live session");

@@ -95,12 +95,15 @@ async fn receiver_process() {
     srv.with_ports(ports).run(hub, shutdown).await.unwrap();
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// Two distinct free ports: both listeners are held until both are picked
+/// (picked one at a time, the OS may hand out the same port twice).
+fn free_ports() -> (u16, u16) {
+    let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    (
+        a.local_addr().unwrap().port(),
+        b.local_addr().unwrap().port(),
+    )
 }
 
 async fn spawn_receiver(raw: u16, http: u16, file: &Path) -> Child {
@@ -133,7 +136,7 @@ fn received(file: &PathBuf) -> HashSet<String> {
 async fn survives_kill_9(transport: Transport) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("received.txt");
-    let (raw, http) = (free_port(), free_port());
+    let (raw, http) = free_ports();
     let mut child = spawn_receiver(raw, http, &file).await;
 
     let sink = Arc::new(

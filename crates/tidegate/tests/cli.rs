@@ -8,11 +8,13 @@ use std::time::{Duration, Instant};
 
 const EXE: &str = env!("CARGO_BIN_EXE_tidegate");
 
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+/// `N` distinct free loopback addresses: every listener is held until all
+/// are picked (one at a time, the OS may hand out one port twice).
+fn free_ports<const N: usize>() -> [SocketAddr; N] {
+    let held: Vec<TcpListener> = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    std::array::from_fn(|i| held[i].local_addr().unwrap())
 }
 
 fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<String> {
@@ -78,17 +80,12 @@ fn a_bad_config_names_file_and_key_and_exits_2() {
 #[test]
 fn serve_answers_metrics_and_exits_0_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let http = free_port();
+    let [http, wire, sockperf, forward, s2s] = free_ports();
     let path = dir.path().join("t.toml");
     std::fs::write(
         &path,
         format!(
-            "[http]\nlisten = \"{http}\"\n[wire]\nlisten = \"{}\"\n[sockperf]\nlisten = \"{}\"\n[forward]\nlisten = \"{}\"\n[s2s]\nlisten = \"{}\"\n",
-            free_port(),
-            free_port(),
-            free_port(),
-            free_port()
-        ),
+            "[http]\nlisten = \"{http}\"\n[wire]\nlisten = \"{wire}\"\n[sockperf]\nlisten = \"{sockperf}\"\n[forward]\nlisten = \"{forward}\"\n[s2s]\nlisten = \"{s2s}\"\n",
     )
     .unwrap();
     let mut child = Command::new(EXE)

@@ -134,12 +134,14 @@ mod tests {
         assert!(!p.is_loaded());
     }
 
+    /// (That an idle runtime reads as not loaded is the smoothing's job,
+    /// tested above with set lags: timed on a machine that runs other
+    /// tests, an idle runtime's timers can be late too.)
     #[tokio::test(flavor = "current_thread")]
-    async fn a_runtime_kept_busy_reads_as_loaded_and_an_idle_one_does_not() {
+    async fn a_runtime_kept_busy_reads_as_loaded() {
         let p = LoadProbe::new();
         p.spawn();
         tokio::time::sleep(Duration::from_millis(200)).await;
-        assert!(!p.is_loaded(), "idle, lag {:?}", p.lag());
         // Tasks that each hold the only worker thread for 8 ms.
         let busy = tokio::spawn(async {
             for _ in 0..150 {
