@@ -86,6 +86,7 @@ fn serve_answers_metrics_and_exits_0_on_sigterm() {
         &path,
         format!(
             "[http]\nlisten = \"{http}\"\n[wire]\nlisten = \"{wire}\"\n[sockperf]\nlisten = \"{sockperf}\"\n[forward]\nlisten = \"{forward}\"\n[s2s]\nlisten = \"{s2s}\"\n",
+        ),
     )
     .unwrap();
     let mut child = Command::new(EXE)
