@@ -40,6 +40,13 @@ fn parse_all(list: &[String], claim: &'static str) -> Result<Vec<Vec<Token>>, Jw
 
 /// Whether every topic matched by `want` is matched by `have`.
 fn covers(have: &[Token], want: &[Token]) -> bool {
+    // A pattern that starts with a wildcard matches no `$sys.` topic (the
+    // bus's rule, `Pattern::matches`), so it covers none: `>` does not
+    // grant `$sys.stats`.
+    let sys = matches!(want.first(), Some(Token::Literal(t)) if t == "$sys");
+    if sys && !matches!(have.first(), Some(Token::Literal(_))) {
+        return false;
+    }
     for (i, h) in have.iter().enumerate() {
         match (h, want.get(i)) {
             (Token::Rest, Some(_)) => return true,
@@ -115,5 +122,16 @@ mod tests {
         }
         assert!(!g.may_publish("a.b"));
         assert!(Grants::all().may_publish("anything"));
+    }
+
+    #[test]
+    fn a_leading_wildcard_grants_no_system_topic() {
+        let g = Grants::new(None, &[">".into(), "*.stats".into()], &[]).unwrap();
+        for no in ["$sys.stats", "$sys.>", "$sys.*"] {
+            assert!(!g.may_subscribe(no), "{no}");
+        }
+        assert!(g.may_subscribe("a.stats") && g.may_subscribe("a.b.c"));
+        let sys = Grants::new(None, &["$sys.>".into()], &[]).unwrap();
+        assert!(sys.may_subscribe("$sys.stats"));
     }
 }
