@@ -12,7 +12,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 
 use crate::subscriber::SubscriberQueue;
-use crate::topic::{is_system_topic, Pattern};
+use crate::topic::{is_system_topic, Pattern, TopicError, MAX_WILDCARD_TOKENS};
 use crate::trie::TrieNode;
 
 const SHARDS: usize = 64;
@@ -29,6 +29,11 @@ pub(crate) struct TopicBus {
     exact: Box<[Shard]>,
     wildcards: RwLock<TrieNode>,
     wildcard_count: AtomicUsize,
+    /// Tokens of all wildcard subscriptions, bounded by `wildcard_limit`
+    /// (changed under the trie's write lock).
+    wildcard_tokens: AtomicUsize,
+    /// [`MAX_WILDCARD_TOKENS`], or a small bound in tests.
+    wildcard_limit: usize,
 }
 
 impl Default for TopicBus {
@@ -38,6 +43,8 @@ impl Default for TopicBus {
             exact: (0..SHARDS).map(|_| RwLock::default()).collect(),
             wildcards: RwLock::default(),
             wildcard_count: AtomicUsize::new(0),
+            wildcard_tokens: AtomicUsize::new(0),
+            wildcard_limit: MAX_WILDCARD_TOKENS,
         }
     }
 }
@@ -47,7 +54,13 @@ impl TopicBus {
         (self.shard_hash.hash_one(topic) as usize) % SHARDS
     }
 
-    pub(crate) fn insert(&self, pattern: &Pattern, sub: &Arc<SubscriberQueue>) {
+    /// Adds `sub`'s subscription to `pattern`; refused when the hub holds
+    /// [`MAX_WILDCARD_TOKENS`] tokens of wildcard patterns already.
+    pub(crate) fn insert(
+        &self,
+        pattern: &Pattern,
+        sub: &Arc<SubscriberQueue>,
+    ) -> Result<(), TopicError> {
         if pattern.is_literal() {
             let topic = pattern.as_str();
             let mut shard = self.exact[self.shard_of(topic)].write();
@@ -58,9 +71,19 @@ impl TopicBus {
                 }
             }
         } else {
-            self.wildcards.write().insert(pattern, sub);
+            let n = pattern.tokens().len();
+            let mut trie = self.wildcards.write();
+            // Counted under the trie's lock, so concurrent subscribers
+            // cannot pass the bound together.
+            let held = self.wildcard_tokens.load(Ordering::Relaxed);
+            if held + n > self.wildcard_limit {
+                return Err(TopicError::WildcardsFull);
+            }
+            trie.insert(pattern, sub);
+            self.wildcard_tokens.store(held + n, Ordering::Relaxed);
             self.wildcard_count.fetch_add(1, Ordering::Release);
         }
+        Ok(())
     }
 
     pub(crate) fn remove(&self, pattern: &Pattern, id: u64) {
@@ -74,7 +97,10 @@ impl TopicBus {
                 }
             }
         } else {
-            self.wildcards.write().remove(pattern.tokens(), id);
+            let mut trie = self.wildcards.write();
+            trie.remove(pattern.tokens(), id);
+            self.wildcard_tokens
+                .fetch_sub(pattern.tokens().len(), Ordering::Relaxed);
             self.wildcard_count.fetch_sub(1, Ordering::Release);
         }
     }
@@ -95,5 +121,34 @@ impl TopicBus {
                 .read()
                 .for_each_match_from_root(&tokens, is_system_topic(topic), &mut f);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::hub::Hub;
+    use crate::routes::RouteTable;
+    use crate::topic::TopicError;
+    use crate::SubscriberOptions;
+
+    #[test]
+    fn wildcard_tokens_are_bounded_hub_wide_and_given_back_on_unsubscribe() {
+        let mut hub = Hub::new(RouteTable::default());
+        std::sync::Arc::get_mut(&mut hub.inner)
+            .expect("not shared yet")
+            .bus
+            .wildcard_limit = 10;
+        let mut a = hub.subscriber(SubscriberOptions::default());
+        let mut b = hub.subscriber(SubscriberOptions::default());
+        assert_eq!(a.subscribe("a.b.c.*"), Ok(true)); // 4 tokens
+        assert_eq!(b.subscribe("d.e.>"), Ok(true)); // 3
+        assert_eq!(b.subscribe("f.g.h.*"), Err(TopicError::WildcardsFull));
+        // Exact topics are not counted.
+        assert_eq!(b.subscribe("f.g.h.i.j.k.l.m.n.o.p"), Ok(true));
+        assert!(!b.patterns().any(|p| p == "f.g.h.*"));
+        assert!(a.unsubscribe("a.b.c.*"));
+        assert_eq!(b.subscribe("f.g.h.*"), Ok(true));
+        drop(b);
+        assert_eq!(a.subscribe("x.y.z.*"), Ok(true));
     }
 }

@@ -81,7 +81,7 @@ impl HubInner {
 /// The core every source publishes into. Cheap to clone (one `Arc`).
 #[derive(Debug, Clone)]
 pub struct Hub {
-    inner: Arc<HubInner>,
+    pub(crate) inner: Arc<HubInner>,
 }
 
 impl Default for Hub {

@@ -156,7 +156,7 @@ impl Subscriber {
         if self.patterns.contains(&p) {
             return Ok(false);
         }
-        self.hub.bus.insert(&p, &self.queue);
+        self.hub.bus.insert(&p, &self.queue)?;
         self.patterns.insert(p);
         self.hub.metrics.subscriptions.inc();
         Ok(true)

@@ -12,6 +12,14 @@ use thiserror::Error;
 
 /// Longest topic or pattern accepted, in bytes.
 pub const MAX_TOPIC_LEN: usize = 1024;
+/// Most tokens of a wildcard pattern: each token of one can cost a node of
+/// the hub's wildcard trie (literal topics and patterns go to a map and are
+/// bounded by [`MAX_TOPIC_LEN`] alone).
+pub const MAX_PATTERN_TOKENS: usize = 32;
+/// Most tokens of all wildcard subscriptions held by the hub at once,
+/// every subscriber together: the trie's worst case (every token its own
+/// node) stays a few hundred MiB, whatever clients subscribe to.
+pub const MAX_WILDCARD_TOKENS: usize = 2_000_000;
 
 /// Topics the hub itself publishes on (`$sys.stats`): clients may subscribe
 /// to them, never publish.
@@ -54,6 +62,14 @@ pub enum TopicError {
     /// [`crate::Hub::publish_system`] asked for a topic outside `$sys.`.
     #[error("topic {0:?} is not a `$sys.` topic")]
     NotSystem(String),
+    /// A wildcard pattern of more than [`MAX_PATTERN_TOKENS`] tokens.
+    #[error(
+        "pattern has {0} tokens, over the limit of {MAX_PATTERN_TOKENS} for a wildcard pattern"
+    )]
+    TooManyTokens(usize),
+    /// The hub holds [`MAX_WILDCARD_TOKENS`] tokens of wildcard patterns.
+    #[error("the hub holds its limit of wildcard subscriptions ({MAX_WILDCARD_TOKENS} pattern tokens in all); subscribe to exact topics or fewer patterns")]
+    WildcardsFull,
 }
 
 fn check_common(s: &str) -> Result<(), TopicError> {
@@ -155,8 +171,11 @@ impl Pattern {
                 wild_tokens: Box::new([]),
             });
         }
-        let mut tokens = Vec::new();
         let n = text.split('.').count();
+        if n > MAX_PATTERN_TOKENS {
+            return Err(TopicError::TooManyTokens(n));
+        }
+        let mut tokens = Vec::with_capacity(n);
         for (i, tok) in text.split('.').enumerate() {
             let t = match tok {
                 "*" => Token::Star,
@@ -227,6 +246,20 @@ impl std::fmt::Display for Pattern {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_wildcard_pattern_has_at_most_max_pattern_tokens() {
+        let long = vec!["a"; MAX_PATTERN_TOKENS].join(".");
+        assert!(Pattern::parse(&long).is_ok());
+        let over = format!("{}.*", long);
+        assert_eq!(
+            Pattern::parse(&over),
+            Err(TopicError::TooManyTokens(MAX_PATTERN_TOKENS + 1))
+        );
+        // A literal one is matched in a map: only its length counts.
+        let literal = vec!["a"; 100].join(".");
+        assert!(Pattern::parse(&literal).is_ok());
+    }
+
     use super::*;
 
     #[test]
