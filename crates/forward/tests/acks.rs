@@ -215,12 +215,18 @@ async fn reading_pauses_while_the_in_flight_bound_is_reached() {
     assert_eq!(hub.metrics().published.get(), 20);
     // Releasing lets the rest through, in order of arrival.
     let mut acked = Vec::new();
-    while acked.len() < 5 {
-        sink.release_all();
-        if let Ok(Ok(chunk)) = tokio::time::timeout(Duration::from_millis(50), c.read_ack()).await {
-            acked.push(chunk);
+    tokio::time::timeout(WAIT, async {
+        while acked.len() < 5 {
+            sink.release_all();
+            if let Ok(Ok(chunk)) =
+                tokio::time::timeout(Duration::from_millis(50), c.read_ack()).await
+            {
+                acked.push(chunk);
+            }
         }
-    }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("only {acked:?} of the 5 chunks acked within {WAIT:?}"));
     acked.sort();
     assert_eq!(acked, vec!["c0", "c1", "c2", "c3", "c4"]);
     assert_eq!(hub.metrics().published.get(), 50);

@@ -13,11 +13,41 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use common::{start, test_config, wait_until};
-use tidegate_hub::{Hub, InflightBudget, Message, RouteTable};
+use tidegate_hub::{Hub, InflightBudget, Message, RouteTable, SharedMessage, Subscriber};
 use tidegate_s2s::client::{discover, HttpS2sClient};
 use tidegate_s2s::codec::{encode_compressed, encode_packet, DataPacket};
 
 const T: Duration = Duration::from_secs(5);
+
+/// How long a test waits for a message it expects to be published.
+const WAIT: Duration = Duration::from_secs(10);
+
+/// The next message on `sub` (at most [`WAIT`]); `what` names it if it
+/// does not arrive.
+async fn next(sub: &Subscriber, what: &str) -> SharedMessage {
+    tokio::time::timeout(WAIT, sub.recv())
+        .await
+        .unwrap_or_else(|_| panic!("{what} was not published within {WAIT:?}"))
+        .unwrap()
+}
+
+/// At least `n` messages from `sub` (at most [`WAIT`]).
+async fn at_least(sub: &Subscriber, n: usize) -> Vec<SharedMessage> {
+    let mut got = Vec::new();
+    tokio::time::timeout(WAIT, async {
+        while got.len() < n {
+            sub.recv_many(&mut got, 10).await.unwrap();
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "only {} of {n} messages published within {WAIT:?}",
+            got.len()
+        )
+    });
+    got
+}
 
 fn pkt(content: &[u8]) -> DataPacket {
     DataPacket {
@@ -120,10 +150,7 @@ async fn a_transaction_commits_once_after_delete() {
         c.confirm().await.unwrap();
         assert!(sub.is_empty(), "nothing before the commit");
         assert!(!c.complete().await.unwrap());
-        let mut got = Vec::new();
-        while got.len() < 2 {
-            sub.recv_many(&mut got, 10).await.unwrap();
-        }
+        let got = at_least(&sub, 2).await;
         assert_eq!(got[1].payload.len(), 200_000);
         assert_eq!(got[0].attribute("k"), Some("v"));
         assert!(sub.is_empty());
@@ -344,7 +371,12 @@ async fn requests_nifi_refuses_are_refused_the_same_way() {
     assert_eq!(st, 400, "commit without the protocol version");
     let (st, _, body) = req(srv.http, "DELETE", &commit, &[json], b"").await;
     assert_eq!(st, 200, "{body}");
-    assert_eq!(sub.recv().await.unwrap().payload, &b"strict"[..]);
+    assert_eq!(
+        next(&sub, "the committed FlowFile \"strict\"")
+            .await
+            .payload,
+        &b"strict"[..]
+    );
 
     // An unknown transaction: 404 + ABORT on every verb.
     let ghost = format!("{base}/00000000-0000-0000-0000-000000000000");
@@ -435,7 +467,10 @@ async fn an_expired_transaction_is_unknown_to_every_request() {
     )
     .await;
     assert_eq!(st, 200);
-    assert_eq!(sub.recv().await.unwrap().payload, &b"late"[..]);
+    assert_eq!(
+        next(&sub, "the committed FlowFile \"late\"").await.payload,
+        &b"late"[..]
+    );
 }
 
 #[tokio::test]
@@ -459,7 +494,10 @@ async fn the_client_extends_a_transaction_older_than_half_its_ttl() {
     tokio::time::sleep(Duration::from_millis(600)).await;
     c.confirm().await.unwrap();
     assert!(!c.complete().await.unwrap());
-    assert_eq!(sub.recv().await.unwrap().payload, &b"slow"[..]);
+    assert_eq!(
+        next(&sub, "the committed FlowFile \"slow\"").await.payload,
+        &b"slow"[..]
+    );
 }
 
 #[tokio::test]

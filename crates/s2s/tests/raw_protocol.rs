@@ -13,7 +13,7 @@ use bytes::{Bytes, BytesMut};
 use common::{start, test_config};
 use parking_lot::Mutex;
 use tidegate_hub::{
-    AckToken, Hub, Message, RouteConfig, RouteTable, SharedMessage, Sink, SinkFuture,
+    AckToken, Hub, Message, RouteConfig, RouteTable, SharedMessage, Sink, SinkFuture, Subscriber,
 };
 use tidegate_s2s::client::{ClientError, ClientOptions, RawClient};
 use tidegate_s2s::codec::{
@@ -22,6 +22,36 @@ use tidegate_s2s::codec::{
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+/// How long a test waits for a message it expects to be published.
+const WAIT: Duration = Duration::from_secs(10);
+
+/// The next message on `sub` (at most [`WAIT`]); `what` names it if it
+/// does not arrive.
+async fn next(sub: &Subscriber, what: &str) -> SharedMessage {
+    tokio::time::timeout(WAIT, sub.recv())
+        .await
+        .unwrap_or_else(|_| panic!("{what} was not published within {WAIT:?}"))
+        .unwrap()
+}
+
+/// At least `n` messages from `sub` (at most [`WAIT`]).
+async fn at_least(sub: &Subscriber, n: usize) -> Vec<SharedMessage> {
+    let mut got = Vec::new();
+    tokio::time::timeout(WAIT, async {
+        while got.len() < n {
+            sub.recv_many(&mut got, 10).await.unwrap();
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "only {} of {n} messages published within {WAIT:?}",
+            got.len()
+        )
+    });
+    got
+}
 
 fn port_id(name: &str) -> String {
     tidegate_s2s::PortConfig::new(name, "x").resolved_id()
@@ -115,10 +145,7 @@ async fn a_transaction_arrives_once_with_attributes_and_content() {
             .await
             .unwrap();
         assert!(!full);
-        let mut got = Vec::new();
-        while got.len() < 3 {
-            sub.recv_many(&mut got, 10).await.unwrap();
-        }
+        let got = at_least(&sub, 3).await;
         assert_eq!(
             got[0].attributes,
             vec![("a".into(), "1".into()), ("é".into(), "☃".into())]
@@ -128,7 +155,10 @@ async fn a_transaction_arrives_once_with_attributes_and_content() {
         assert!(sub.is_empty());
         // The pooled connection takes another transaction.
         c.send_transaction(&[pkt(&[], b"again")]).await.unwrap();
-        assert_eq!(&sub.recv().await.unwrap().payload[..], b"again");
+        assert_eq!(
+            &next(&sub, "the FlowFile \"again\"").await.payload[..],
+            b"again"
+        );
         c.shutdown().await;
     }
 }
@@ -315,7 +345,7 @@ async fn cancel_rolls_back_and_keeps_the_connection() {
     c.send(&pkt(&[], b"a")).await.unwrap();
     c.cancel("changed my mind").await.unwrap();
     c.send_transaction(&[pkt(&[], b"b")]).await.unwrap();
-    assert_eq!(&sub.recv().await.unwrap().payload[..], b"b");
+    assert_eq!(&next(&sub, "the FlowFile \"b\"").await.payload[..], b"b");
     assert!(sub.is_empty());
 }
 
@@ -382,10 +412,7 @@ async fn eof_at_every_point_of_a_transaction_rolls_back() {
     // The full stream commits both FlowFiles exactly once.
     let mut s = TcpStream::connect(srv.raw).await.unwrap();
     s.write_all(&bytes).await.unwrap();
-    let mut got = Vec::new();
-    while got.len() < 2 {
-        sub.recv_many(&mut got, 10).await.unwrap();
-    }
+    let got = at_least(&sub, 2).await;
     assert_eq!(&got[0].payload[..], b"one");
     assert_eq!(&got[1].payload[..], b"two");
     assert!(srv.ports.metrics().error_count("eof_in_transaction") > 0);
@@ -504,7 +531,10 @@ async fn shutdown_lets_an_open_transaction_finish_then_closes() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     busy.confirm().await.unwrap();
     busy.complete().await.unwrap();
-    assert_eq!(&sub.recv().await.unwrap().payload[..], b"in flight");
+    assert_eq!(
+        &next(&sub, "the FlowFile \"in flight\"").await.payload[..],
+        b"in flight"
+    );
     // The idle pooled connection is closed; new connections are not accepted.
     assert!(idle.send_transaction(&[pkt(&[], b"late")]).await.is_err());
     assert!(

@@ -30,7 +30,7 @@ mod common;
 #[path = "common/fluency.rs"]
 mod fluency;
 
-use common::{free_addr, Served};
+use common::{free_addr, KillOnDrop, Served};
 use fluency::{fluency, fluency_done, missing_seqs, read_back, seq_counts};
 
 fn shared_broker() -> &'static TestBroker {
@@ -144,7 +144,8 @@ async fn a_broker_killed_mid_stream_gets_no_false_acks_and_loses_nothing() {
     let bootstrap = broker.bootstrap();
     let p = pipeline(bootstrap.clone()).await;
     let n = 24_000;
-    let sender = fluency(p.addr, "logs.kill.broker", n, 3_000, "kill");
+    // Killed if an assertion fails before `fluency_done` waits for it.
+    let sender = KillOnDrop::new(fluency(p.addr, "logs.kill.broker", n, 3_000, "kill"));
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     broker.stop();
@@ -175,7 +176,7 @@ async fn a_broker_killed_mid_stream_gets_no_false_acks_and_loses_nothing() {
         .wait_ack("probe-down", Duration::from_secs(90))
         .await
         .expect("the probe is acknowledged once the broker is back");
-    fluency_done(sender, Duration::from_secs(200)).await;
+    fluency_done(sender.into_inner(), Duration::from_secs(200)).await;
 
     let records = read_back(
         &bootstrap,

@@ -10,7 +10,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{free_addr, free_addrs, free_ports, serve, EXE};
+use common::{free_addr, free_addrs, free_ports, serve, KillOnDrop, EXE};
 
 /// Every listener on a free port, `extra` appended. The four ports are
 /// picked together (picked one by one, two once came out the same) and
@@ -69,12 +69,14 @@ fn missing_tls_files_stop_start_up_before_any_port_opens() {
         "[http]\nenabled = false\n[wire]\nenabled = false\n[sockperf]\nenabled = false\n[forward]\nlisten = \"{forward}\"\n[s2s]\nlisten = \"{s2s}\"\n[s2s.tls]\ncert = \"/nonexistent/s2s-cert.pem\"\nkey = \"/nonexistent/s2s-key.pem\"\nclient_ca = \"/nonexistent/ca.pem\"\n"
     );
     let path = write_config(&dir, &text);
-    let mut child = Command::new(EXE)
-        .args(["serve", "--config"])
-        .arg(&path)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = KillOnDrop::new(
+        Command::new(EXE)
+            .args(["serve", "--config"])
+            .arg(&path)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     // While it runs (if it ran at all), the Forward port must never open.
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {

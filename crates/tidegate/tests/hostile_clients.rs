@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{free_ports, serve, Served};
+use common::{free_ports, serve, KillOnDrop, Served};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -117,23 +117,27 @@ fn announce(protocol: &str) -> Vec<u8> {
     }
 }
 
-fn fluent_logger(forward: SocketAddr, count: usize) -> std::process::Child {
+/// Starts the stock fluent-logger sending `count` records to `forward`;
+/// killed if the test fails before waiting for it.
+fn fluent_logger(forward: SocketAddr, count: usize) -> KillOnDrop {
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../forward/tests/python/fluent_logger_send.py"
     );
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    Command::new(python)
-        .args([
-            script,
-            "127.0.0.1",
-            &forward.port().to_string(),
-            &count.to_string(),
-            "1700000000000000000",
-        ])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("python3 with fluent-logger (scripts/setup/forward.sh)")
+    KillOnDrop::new(
+        Command::new(python)
+            .args([
+                script,
+                "127.0.0.1",
+                &forward.port().to_string(),
+                &count.to_string(),
+                "1700000000000000000",
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("python3 with fluent-logger (scripts/setup/forward.sh)"),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -315,8 +319,24 @@ async fn huge_frames_sent_at_full_speed_stay_within_the_budget() {
         BUDGET_BYTES >> 20,
         offered >> 20
     );
+    // A small peak proves nothing unless the budget was actually spent:
+    // reads on the Forward listener must have had to wait for it (had the
+    // server dropped every stream at once, none would have).
+    let budget_waits = metric(
+        ports.http,
+        "tidegate_listener_errors_total{listener=\"forward\",kind=\"budget_wait\"",
+    )
+    .await;
+    assert!(
+        budget_waits > 0,
+        "no read waited for the budget ({} MiB offered, budget {} MiB): \
+         the huge frames never pressed on it",
+        offered >> 20,
+        BUDGET_BYTES >> 20
+    );
     eprintln!(
-        "{} MiB offered in {STREAMS} huge frames; RSS baseline {} MiB, peak {} MiB",
+        "{} MiB offered in {STREAMS} huge frames; RSS baseline {} MiB, peak {} MiB; \
+         {budget_waits} reads waited for the budget",
         offered >> 20,
         baseline >> 20,
         peak >> 20

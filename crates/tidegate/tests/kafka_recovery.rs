@@ -20,7 +20,7 @@ mod common;
 #[path = "common/fluency.rs"]
 mod fluency;
 
-use common::{free_ports, Served};
+use common::{free_ports, KillOnDrop, Served};
 use fluency::{fluency, fluency_done, missing_seqs, read_back, seq_counts};
 
 /// The allowed topic Fluency's tag `logs.fluency` maps to.
@@ -116,7 +116,8 @@ async fn a_broker_restarted_mid_load_loses_no_record_fluency_was_acknowledged_fo
 
     // 16,000 records at 2,000/s: about 8 s of load, the outage in the middle.
     let n = 16_000;
-    let mut sender = fluency(forward, "logs.fluency", n, 2_000, "restart");
+    // Killed if an assertion fails before `fluency_done` waits for it.
+    let mut sender = KillOnDrop::new(fluency(forward, "logs.fluency", n, 2_000, "restart"));
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
         sender.try_wait().unwrap().is_none(),
@@ -148,7 +149,7 @@ async fn a_broker_restarted_mid_load_loses_no_record_fluency_was_acknowledged_fo
         .unwrap()
         .expect("restart the broker");
     // Fluency's success means every chunk it sent was acknowledged.
-    fluency_done(sender, Duration::from_secs(240)).await;
+    fluency_done(sender.into_inner(), Duration::from_secs(240)).await;
     http_until(
         http,
         "/readyz",

@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{free_ports, serve};
+use common::{free_ports, serve, KillOnDrop};
 
 fn js_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../push/tests/js")
@@ -42,18 +42,20 @@ fn a_fluent_logger_record_reaches_a_socket_io_client_subscriber() {
         js_dir().join("node_modules/socket.io-client").is_dir(),
         "npm peers missing: run bash scripts/setup/push.sh"
     );
-    let mut sub = Command::new("node")
-        .args([
-            "peer.js",
-            "subscriber",
-            &format!("http://{http}"),
-            "logs.app.>",
-            "2",
-        ])
-        .current_dir(js_dir())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("node");
+    let mut sub = KillOnDrop::new(
+        Command::new("node")
+            .args([
+                "peer.js",
+                "subscriber",
+                &format!("http://{http}"),
+                "logs.app.>",
+                "2",
+            ])
+            .current_dir(js_dir())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("node"),
+    );
     let (tx, rx) = mpsc::channel();
     let out = sub.stdout.take().unwrap();
     std::thread::spawn(move || {

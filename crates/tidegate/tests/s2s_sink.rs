@@ -5,6 +5,7 @@
 //! arrives with its attributes and `tidegate.topic`, and the first
 //! server's `TRANSACTION_FINISHED` comes only after the second confirmed.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -132,7 +133,36 @@ async fn through_tls(transport: &str) {
         assert!(Instant::now() < deadline, "only {} arrived", got.len());
         got.extend(reader.receive_transaction().await.unwrap());
     }
-    assert_eq!(got.len(), n_tx * per_tx, "exactly once");
+    // Exactly once: every id sent, none twice (a count alone would pass one
+    // duplicate plus one loss).
+    let ids: Vec<String> = got.iter().map(id_of).collect();
+    let distinct: BTreeSet<String> = ids.iter().cloned().collect();
+    let twice: Vec<&String> = distinct
+        .iter()
+        .filter(|id| ids.iter().filter(|i| i == id).count() > 1)
+        .collect();
+    assert!(twice.is_empty(), "delivered more than once: {twice:?}");
+    let expected: BTreeSet<String> = (0..n_tx)
+        .flat_map(|tx| (0..per_tx).map(move |i| format!("{tx}-{i}")))
+        .collect();
+    assert_eq!(distinct, expected, "exactly the FlowFiles sent");
+    // Nothing more comes late (a redelivery after the count was reached).
+    let mut late = Vec::new();
+    let drain_until = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < drain_until {
+        let more = reader.receive_transaction().await.unwrap();
+        if more.is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        late.extend(more);
+    }
+    assert!(
+        late.is_empty(),
+        "{} FlowFiles arrived after all {} (ids {:?})",
+        late.len(),
+        n_tx * per_tx,
+        late.iter().map(id_of).collect::<Vec<_>>()
+    );
     for p in &got {
         let attr = |k: &str| {
             p.attributes
@@ -149,6 +179,15 @@ async fn through_tls(transport: &str) {
         metrics.contains("tidegate_s2s_sink_delivered_total 50"),
         "{metrics}"
     );
+}
+
+/// A FlowFile's own `id` attribute.
+fn id_of(p: &DataPacket) -> String {
+    p.attributes
+        .iter()
+        .find(|(n, _)| n == "id")
+        .map(|(_, v)| v.clone())
+        .expect("the FlowFile's own attribute")
 }
 
 /// The sender's `/metrics` text.

@@ -1,5 +1,6 @@
-//! Helpers shared by the binary's end-to-end tests: free ports and a
-//! `tidegate serve` child process run from a TOML text.
+//! Helpers shared by the binary's end-to-end tests: free ports, a
+//! `tidegate serve` child process run from a TOML text, and a kill-on-drop
+//! guard for other child processes.
 
 #![allow(dead_code)] // each test binary uses its own subset
 
@@ -55,6 +56,47 @@ impl Drop for Served {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A child process (a peer client, a `tidegate serve` run by hand) killed
+/// with SIGKILL and reaped when dropped, so a test that panics before
+/// waiting for it does not leave it running. Derefs to the [`Child`].
+pub struct KillOnDrop(Option<Child>);
+
+impl KillOnDrop {
+    /// Guards `child`.
+    pub fn new(child: Child) -> Self {
+        KillOnDrop(Some(child))
+    }
+
+    /// Gives the child back unguarded, for a helper that waits for it (and
+    /// cleans up) itself.
+    pub fn into_inner(mut self) -> Child {
+        self.0.take().expect("the child is present until dropped")
+    }
+}
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = Child;
+
+    fn deref(&self) -> &Child {
+        self.0.as_ref().expect("the child is present until dropped")
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut Child {
+        self.0.as_mut().expect("the child is present until dropped")
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
