@@ -26,6 +26,12 @@ echo "== cargo clippy ($(date -u +%T))"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test ($(date -u +%T))"
 cargo test --workspace --no-fail-fast
+# Our S2S sink and the stock NiFi client against a real Apache NiFi
+# (downloaded from Maven Central): interop checked both ways, not only
+# against our own server. The debug binary cargo test just built serves.
+echo "== interop: a real Apache NiFi ($(date -u +%T))"
+CLIENTS="" BENCH_HTTP_CLIENTS="" SINK_EVENTS=2000 TIDEGATE_BIN="$PWD/target/debug/tidegate" \
+  bash scripts/interop/nifi.sh
 echo "== fuzz (every target, 30 s each) ($(date -u +%T))"
 bash scripts/fuzz.sh 30
 echo "== all passed ($(date -u +%T))"

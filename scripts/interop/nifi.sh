@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Real Apache NiFi as Tidegate's Site-to-Site peer. Not part of CI: it
-# downloads NiFi 1.18.0 from Maven Central (~1.5 GB with its NARs) and NiFi
-# needs ~1.3 GB of memory and a minute to start. See docs/s2s.md.
+# Real Apache NiFi as Tidegate's Site-to-Site peer. It downloads NiFi
+# 1.18.0 from Maven Central (~1.5 GB with its NARs) and NiFi needs ~1.3 GB of
+# memory and a minute to start. See docs/s2s.md. scripts/test.sh (CI) runs
+# it without the benches: the interop checks of steps 4 and 5 (~1-3 min).
 #
-#   bash scripts/interop/nifi.sh                      # ~6 min
+#   bash scripts/interop/nifi.sh                      # ~4-6 min
+#   CLIENTS="" BENCH_HTTP_CLIENTS="" SINK_EVENTS=2000 bash scripts/interop/nifi.sh   # as CI
 #   CLIENTS="100 1000" BENCH_HTTP_CLIENTS="100 1000" bash scripts/interop/nifi.sh
 #
 # What it does, all on 127.0.0.1:
@@ -98,6 +100,7 @@ driver() { java -cp "$DRIVER_CP" tidegate.s2s.Driver "$@"; }
 # ---------------------------------------------------------------- 1. NiFi
 say "fetching NiFi $NIFI_VERSION from Maven Central"
 mkdir -p "$W/poms" "$NIFI_HOME/logs"
+: >"$W/results.tsv" # empty when the benches are skipped (CLIENTS="" BENCH_HTTP_CLIENTS="")
 pom() { # NAME then dependency lines
     local name=$1; shift
     { echo "<project xmlns=\"http://maven.apache.org/POM/4.0.0\"><modelVersion>4.0.0</modelVersion>"
