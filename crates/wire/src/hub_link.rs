@@ -3,21 +3,24 @@
 //! poller thread (`spin_poller.rs`) asks of the hub — publish, subscribe,
 //! unsubscribe, answer a PING barrier — and sends back, through a bounded
 //! queue, every frame the poller must write: PONGs, request errors, and the
-//! MESSAGE frames the hub delivers to the connection's subscriber.
+//! MESSAGE frames the hub delivers to the connection's subscriber — taking
+//! those only while the connection's [`Backlog`] has room, so a client that
+//! does not read leaves them to its hub queue's bound and overflow policy.
 //!
 //! Not on the echo path: ECHO is answered by the poller itself. The two
 //! queues are the only hand-off between the poller and the runtime; the
 //! poller's ordering rule (see [`LinkEnd`]) keeps replies in request order.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tidegate_hub::{
     BudgetPermit, EncodedForm, Hub, ListenerMetrics, Message, PublishError, SharedMessage,
     Subscriber, SubscriberOptions,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
 use crate::codec;
 use crate::frame::{ErrorCode, FrameType};
@@ -28,6 +31,88 @@ use crate::WireConfig;
 pub(crate) const TO_HUB_CAPACITY: usize = 1024;
 /// Frame batches the hub task may have queued for the poller before it waits.
 pub(crate) const FROM_HUB_CAPACITY: usize = 256;
+
+/// A safety net for [`Backlog::wait_for_room`]: how often a hub task that
+/// waits for its connection's write buffer to drain checks again without
+/// being told (it is told; this only bounds a missed notification).
+const ROOM_RECHECK: Duration = Duration::from_millis(100);
+
+/// The bytes waiting to be written to one connection's socket: the frames
+/// the hub task queued for the poller that the poller has not taken yet,
+/// plus the unsent part of the poller's write buffer.
+///
+/// The hub task takes no more subscriber messages while this is at
+/// `max_outbound_bytes`: a client that does not read then leaves them in
+/// its hub queue, where `subscriber_capacity` and the `overflow` policy
+/// (drop-oldest, disconnect) bound them — as the default mode's writer does
+/// by not taking messages while its write waits.
+#[derive(Debug, Default)]
+pub(crate) struct Backlog {
+    /// Bytes of [`FromHub::Frames`] queued and not yet taken.
+    queued: AtomicUsize,
+    /// The unsent part of the poller's write buffer.
+    unsent: AtomicUsize,
+    /// True while the hub task waits for room.
+    waiting: AtomicBool,
+    room: Notify,
+}
+
+impl Backlog {
+    /// Bytes waiting for the socket.
+    pub(crate) fn total(&self) -> usize {
+        self.queued.load(Ordering::SeqCst) + self.unsent.load(Ordering::SeqCst)
+    }
+
+    /// Bytes queued by the hub task and not yet taken by the poller.
+    pub(crate) fn queued(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    /// The hub task queued `n` bytes of frames.
+    fn queue(&self, n: usize) {
+        self.queued.fetch_add(n, Ordering::SeqCst);
+    }
+
+    /// The poller took `n` queued bytes into its write buffer.
+    pub(crate) fn took(&self, n: usize) {
+        self.queued.fetch_sub(n, Ordering::SeqCst);
+    }
+
+    /// The poller's write buffer now holds `n` unsent bytes; `limit` is
+    /// `max_outbound_bytes`. Wakes the hub task when there is room again.
+    pub(crate) fn set_unsent(&self, n: usize, limit: usize) {
+        self.unsent.store(n, Ordering::SeqCst);
+        self.wake_if_room(limit);
+    }
+
+    /// Wakes the hub task if it waits and there is room (call after the
+    /// backlog shrank).
+    pub(crate) fn wake_if_room(&self, limit: usize) {
+        // SeqCst pairs with `wait_for_room`: either the hub task sees the
+        // smaller total, or this load sees it waiting.
+        if self.waiting.load(Ordering::SeqCst) && self.total() < limit {
+            self.waiting.store(false, Ordering::SeqCst);
+            self.room.notify_one();
+        }
+    }
+
+    /// Resolves once fewer than `limit` bytes wait for the socket.
+    async fn wait_for_room(&self, limit: usize) {
+        loop {
+            if self.total() < limit {
+                return;
+            }
+            self.waiting.store(true, Ordering::SeqCst);
+            if self.total() < limit {
+                self.waiting.store(false, Ordering::SeqCst);
+                return;
+            }
+            // A notification given before this wait starts is kept (Notify
+            // stores one permit), so none is lost between check and wait.
+            let _ = tokio::time::timeout(ROOM_RECHECK, self.room.notified()).await;
+        }
+    }
+}
 
 /// What the poller asks the hub task to do, in the connection's order.
 #[derive(Debug)]
@@ -103,6 +188,8 @@ pub(crate) struct LinkEnd {
     pub(crate) sent: u64,
     /// Requests the hub task has completed (answers queued before the count).
     pub(crate) done: Arc<AtomicU64>,
+    /// What waits for this connection's socket (shared with the hub task).
+    pub(crate) backlog: Arc<Backlog>,
 }
 
 /// The hub task's end.
@@ -110,6 +197,7 @@ pub(crate) struct HubEnd {
     requests: mpsc::Receiver<ToHub>,
     answers: mpsc::Sender<FromHub>,
     done: Arc<AtomicU64>,
+    backlog: Arc<Backlog>,
 }
 
 /// A new link: the poller's end and the hub task's end.
@@ -117,17 +205,20 @@ pub(crate) fn link() -> (LinkEnd, HubEnd) {
     let (to_hub, requests) = mpsc::channel(TO_HUB_CAPACITY);
     let (answers, from_hub) = mpsc::channel(FROM_HUB_CAPACITY);
     let done = Arc::new(AtomicU64::new(0));
+    let backlog = Arc::new(Backlog::default());
     (
         LinkEnd {
             to_hub,
             from_hub,
             sent: 0,
             done: done.clone(),
+            backlog: backlog.clone(),
         },
         HubEnd {
             requests,
             answers,
             done,
+            backlog,
         },
     )
 }
@@ -142,13 +233,20 @@ pub(crate) async fn run(
     wake: Arc<Wake>,
 ) {
     let batch = config.write_batch.max(1);
+    let limit = config.max_outbound_bytes;
     let mut sub: Option<Subscriber> = None;
     let mut msgs: Vec<SharedMessage> = Vec::new();
     loop {
+        let deliveries = async {
+            if sub.is_some() {
+                end.backlog.wait_for_room(limit).await;
+            }
+            recv_some(sub.as_ref(), &mut msgs, batch).await
+        };
         let event = tokio::select! {
             biased;
             req = end.requests.recv() => Event::Request(req),
-            r = recv_some(sub.as_ref(), &mut msgs, batch) => Event::Delivered(r),
+            r = deliveries => Event::Delivered(r),
         };
         let (answer, completes) = match event {
             Event::Request(None) => break,
@@ -158,6 +256,9 @@ pub(crate) async fn run(
             Event::Delivered(r) => (delivered(r, &mut msgs, &metrics, &mut sub), false),
         };
         if let Some(a) = answer {
+            if let FromHub::Frames(b) = &a {
+                end.backlog.queue(b.len());
+            }
             if end.answers.send(a).await.is_err() {
                 break;
             }

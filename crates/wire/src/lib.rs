@@ -11,7 +11,8 @@
 //! - [`frame`]: the frame values; [`codec`]: frames to bytes and back (pure);
 //! - [`server`]: the `[wire]` listener; `connection`: one connection's two
 //!   halves, `reader` (decode, authenticate, act) and `writer` (replies and
-//!   subscriber messages), meeting in `outbound`; `auth`: the tokens and
+//!   subscriber messages), meeting in `outbound`; `timed_write`: writes
+//!   that give up on a client that does not read; `auth`: the tokens and
 //!   their constant-time check;
 //! - `mode = "low_latency"`: `low_latency` (hand-over from the listener
 //!   core), `spin_poller` (the busy-polling thread), `spin_conn` (one
@@ -42,6 +43,7 @@ pub mod sockperf_header;
 mod sockperf_spin;
 mod spin_conn;
 mod spin_poller;
+mod timed_write;
 mod writer;
 
 pub use client::{ClientError, ConnectOptions, WireClient};

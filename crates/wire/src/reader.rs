@@ -79,13 +79,21 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads and handles frames until the connection ends, then asks the
-    /// writer to flush and close.
-    pub(crate) async fn run(mut self, mut rd: ConnReader, cancel: &CancellationToken) {
+    /// writer to flush and close, and cancels `ended`: from then on the
+    /// writer gets only a short bound to send what is left (the client may
+    /// not be reading at all).
+    pub(crate) async fn run(
+        mut self,
+        mut rd: ConnReader,
+        cancel: &CancellationToken,
+        ended: &CancellationToken,
+    ) {
         // No buffer up front: a quiet connection holds none (the listener
         // core sizes each read to what arrives).
         let mut buf = BytesMut::new();
         let end = self.read_frames(&mut rd, &mut buf, cancel).await;
         self.out.close();
+        ended.cancel();
         if let ReadEnd::Linger = end {
             // Shorter than the idle timeout: a client that sends nothing
             // more must not also be counted as idle.

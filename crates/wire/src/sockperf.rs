@@ -6,7 +6,9 @@
 //! A session is one task that reads, echoes and writes in turn on the
 //! unsplit stream — no second task, no lock, no allocation per message: the
 //! read buffer and the reply buffer are reused, and every reply produced by
-//! one read leaves in one write. The echo rule itself is the pure
+//! one read leaves in one write. A client that stops reading its replies is
+//! held back by TCP (nothing more is read while a write waits) and closed
+//! once nothing moved for the idle timeout. The echo rule itself is the pure
 //! [`echo_replies`] in `sockperf_header.rs`.
 //!
 //! With `mode = "low_latency"` each plain-TCP connection is handed to a
@@ -22,9 +24,11 @@ use tidegate_listener::{Connection, Listener, ListenerError, ReadError};
 use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
+use crate::connection::write_timeout;
 use crate::sockperf_header::echo_replies;
 use crate::sockperf_spin::SockperfSpinConn;
 use crate::spin_poller::{PollerHandle, PollerSettings};
+use crate::timed_write::{bounded, write_timed, StallLimit, WriteFailed};
 use crate::{SockperfConfig, WireMode};
 
 /// The listener's name: its config section and its metrics label.
@@ -143,6 +147,10 @@ async fn echo_session(conn: Connection, max_message: usize) {
     } = conn;
     let mut input = BytesMut::new();
     let mut replies = Vec::new();
+    let limit = StallLimit {
+        open: write_timeout(&inbound),
+        closing: Some(&shutdown),
+    };
     // Created once: a fresh cancellation waiter per read would cost a lock
     // per message.
     let cancelled = shutdown.cancelled();
@@ -178,9 +186,16 @@ async fn echo_session(conn: Connection, max_message: usize) {
         input.advance(echoed.consumed);
         metrics.frames_in(echoed.messages);
         if !replies.is_empty() {
-            if let Err(e) = stream.write_all(&replies).await {
-                metrics.error("io");
-                tracing::debug!("sockperf: write failed: {e}");
+            // While this write waits the connection reads nothing, so TCP
+            // holds back a client that does not read its replies; it is
+            // closed once nothing moved for the timeout.
+            if let Err(e) = write_timed(&mut stream, &replies, limit).await {
+                metrics.error(match e {
+                    WriteFailed::Stalled(_) => "write_timeout",
+                    WriteFailed::Io(_) => "io",
+                });
+                tracing::debug!("sockperf: closing connection: write failed: {e}");
+                let _ = bounded(StallLimit::closing_limit(limit.open), stream.shutdown()).await;
                 return;
             }
             replies.clear();

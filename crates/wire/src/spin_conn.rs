@@ -10,6 +10,14 @@
 //! task over its bounded queue (`hub_link.rs`); when that queue is full the
 //! connection stops decoding until it has room, so TCP slows the client.
 //!
+//! A client that does not read is bounded and closed as in the default
+//! mode: replies stop at `max_outbound_bytes` (ERROR 7); the hub task takes
+//! no more subscriber messages while that much waits for the socket
+//! (`hub_link::Backlog`), so the hub queue's overflow policy applies; a write
+//! buffer that makes no progress for the idle timeout closes the connection
+//! (`write_timeout`), and closing waits for the last bytes only a short
+//! bound.
+//!
 //! The listener core's rules are kept here because the core no longer sees
 //! the socket: the idle timeout, the partial-frame (read) timeout, byte and
 //! frame counters, and the in-flight budget for a PUBLISH until the hub
@@ -35,6 +43,7 @@ use crate::codec::{self, DecodeError, FRAME_HEADER, LENGTH_PREFIX};
 use crate::frame::{AuthToken, Echo, ErrorCode, Frame, FrameType};
 use crate::hub_link::{FromHub, LinkEnd, ToHub};
 use crate::spin_poller::{PassCounts, PolledConn};
+use crate::timed_write::StallLimit;
 use crate::WireConfig;
 
 /// Read buffer allocated per connection, bytes; only a frame larger than
@@ -65,8 +74,9 @@ enum State {
     /// Reading and answering frames.
     Open,
     /// Flushing what is buffered, then closing; `linger` drains input
-    /// afterwards so a fatal ERROR is not destroyed by a reset.
-    Closing { linger: bool },
+    /// afterwards so a fatal ERROR is not destroyed by a reset. Given up
+    /// (closed at once) when nothing could be written until `until`.
+    Closing { linger: bool, until: Instant },
     /// Write side closed; discarding input until the deadline.
     Lingering { until: Instant, discarded: usize },
     /// Finished: the poller drops it.
@@ -96,6 +106,15 @@ pub(crate) struct SpinConn {
     frame_timeout: Option<Duration>,
     last_active: Instant,
     partial_since: Option<Instant>,
+    /// Since when unsent bytes have waited without the socket taking any.
+    write_stalled_since: Option<Instant>,
+    /// No write progress for this long while open: the client is not
+    /// reading (the idle timeout, else the read timeout).
+    write_timeout: Option<Duration>,
+    /// Likewise while closing (short: the last bytes are best effort).
+    closing_timeout: Duration,
+    /// The unsent bytes last published to `link.backlog`.
+    unsent_shared: usize,
     state: State,
 }
 
@@ -124,8 +143,26 @@ impl SpinConn {
             frame_timeout,
             last_active: Instant::now(),
             partial_since: None,
+            write_stalled_since: None,
+            write_timeout: idle.or(frame_timeout),
+            closing_timeout: StallLimit::closing_limit(idle.or(frame_timeout)),
+            unsent_shared: 0,
             state: State::Open,
         }
+    }
+
+    /// Starts closing: flush what is buffered (within the closing bound),
+    /// then close.
+    fn start_closing(&mut self, linger: bool) {
+        self.state = State::Closing {
+            linger,
+            until: Instant::now() + self.closing_timeout,
+        };
+    }
+
+    /// Bytes in the write buffer not yet written.
+    fn unsent(&self) -> usize {
+        self.out.len() - self.out_pos
     }
 
     /// True once the connection is finished and can be dropped.
@@ -143,7 +180,7 @@ impl SpinConn {
                 "the server is shutting down",
                 &mut self.out,
             );
-            self.state = State::Closing { linger: false };
+            self.start_closing(false);
         }
     }
 
@@ -151,12 +188,22 @@ impl SpinConn {
     /// poller's park.
     fn next_deadline(&self) -> Option<Instant> {
         match self.state {
-            State::Open => match self.partial_since {
-                Some(since) => self.frame_timeout.map(|t| since + t),
-                None => self.idle.map(|t| self.last_active + t),
-            },
-            State::Lingering { until, .. } => Some(until),
-            State::Closing { .. } | State::Done => None,
+            State::Open => {
+                let read = match self.partial_since {
+                    Some(since) => self.frame_timeout.map(|t| since + t),
+                    None => self.idle.map(|t| self.last_active + t),
+                };
+                let write = self
+                    .write_stalled_since
+                    .zip(self.write_timeout)
+                    .map(|(since, t)| since + t);
+                match (read, write) {
+                    (Some(r), Some(w)) => Some(r.min(w)),
+                    (r, w) => r.or(w),
+                }
+            }
+            State::Closing { until, .. } | State::Lingering { until, .. } => Some(until),
+            State::Done => None,
         }
     }
 
@@ -187,8 +234,8 @@ impl SpinConn {
             State::Lingering { until, discarded } => self.linger(now, until, discarded, counts),
             State::Closing { .. } | State::Done => {}
         }
-        self.flush(counts);
-        if let State::Closing { linger } = self.state {
+        let wrote = self.flush(counts);
+        if let State::Closing { linger, until } = self.state {
             if self.out_pos == self.out.len() {
                 let _ = self.sock.shutdown(Shutdown::Write);
                 self.state = if linger {
@@ -203,14 +250,57 @@ impl SpinConn {
                 } else {
                     State::Done
                 };
+            } else if wrote {
+                self.state = State::Closing {
+                    linger,
+                    until: now + self.closing_timeout,
+                };
+            } else if now >= until {
+                // The client reads nothing: the last bytes are given up.
+                tracing::debug!("wire: closing connection: the client read nothing while closing");
+                self.state = State::Done;
             }
         }
         if read_any {
             self.last_active = now;
-        } else if self.state == State::Open {
-            self.check_timeouts(now);
         }
+        if self.state == State::Open {
+            // Checked even while the client sends: sending does not make
+            // up for not reading.
+            if !self.check_write_stall(now) && !read_any {
+                self.check_timeouts(now);
+            }
+        }
+        self.share_backlog();
         read_any
+    }
+
+    /// Publishes the unsent part of the write buffer to the hub task's
+    /// backlog when it changed (not on the echo path, where it stays 0).
+    fn share_backlog(&mut self) {
+        let unsent = self.unsent();
+        if unsent != self.unsent_shared {
+            self.unsent_shared = unsent;
+            self.link
+                .backlog
+                .set_unsent(unsent, self.ctx.config.max_outbound_bytes);
+        }
+    }
+
+    /// Closes the connection when its unsent bytes made no progress for the
+    /// write timeout; true when it did.
+    fn check_write_stall(&mut self, now: Instant) -> bool {
+        let (Some(since), Some(limit)) = (self.write_stalled_since, self.write_timeout) else {
+            return false;
+        };
+        if now.saturating_duration_since(since) < limit {
+            return false;
+        }
+        self.ctx.metrics.error("write_timeout");
+        tracing::debug!("wire: closing connection: the client read nothing for {limit:?}");
+        // Nothing can be written: no ERROR, no flush.
+        self.state = State::Done;
+        true
     }
 
     /// Moves the hub task's answers into the write buffer.
@@ -218,24 +308,38 @@ impl SpinConn {
         // Loaded before draining: every answer of a completed request is
         // queued before the count moves (hub_link.rs).
         self.done_seen = self.link.done.load(Ordering::Acquire);
+        let mut took = 0;
         loop {
             match self.link.from_hub.try_recv() {
-                Ok(FromHub::Frames(b)) => self.out.extend_from_slice(&b),
+                Ok(FromHub::Frames(b)) => {
+                    took += b.len();
+                    self.out.extend_from_slice(&b);
+                }
                 Ok(FromHub::Close(b)) => {
                     if self.state == State::Open {
                         self.out.extend_from_slice(&b);
-                        self.state = State::Closing { linger: false };
+                        self.start_closing(false);
                     }
                 }
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => {
                     // The hub task is gone (it only ends with the link).
                     if self.state == State::Open {
-                        self.state = State::Closing { linger: false };
+                        self.start_closing(false);
                     }
                     break;
                 }
             }
+        }
+        if took > 0 {
+            // Moved, not removed: counted as unsent before it stops being
+            // counted as queued, so the hub task never sees room that is
+            // not there.
+            self.unsent_shared += took;
+            self.link
+                .backlog
+                .set_unsent(self.unsent_shared, self.ctx.config.max_outbound_bytes);
+            self.link.backlog.took(took);
         }
     }
 
@@ -263,7 +367,7 @@ impl SpinConn {
                 Err(())
             }
             Err(TrySendError::Closed(_)) => {
-                self.state = State::Closing { linger: false };
+                self.start_closing(false);
                 Err(())
             }
         }
@@ -290,7 +394,7 @@ impl SpinConn {
             match self.sock.read(&mut self.rbuf[self.rend..]) {
                 Ok(0) => {
                     if self.rstart == self.rend {
-                        self.state = State::Closing { linger: false };
+                        self.start_closing(false);
                     } else {
                         let e = DecodeError::EndedMidFrame {
                             received: self.rend - self.rstart,
@@ -359,45 +463,50 @@ impl SpinConn {
                 if options == Echo::RESPOND {
                     self.reply_echo(body.start)?;
                 }
-            } else {
-                if ty == FrameType::Publish {
-                    // The budget must be had before the frame is consumed.
-                    let Some(permit) = self.ctx.hub.budget().try_acquire(total) else {
-                        break;
-                    };
-                    let frame = codec::decode_body(ty, Bytes::copy_from_slice(&self.rbuf[body]));
-                    counts.frames_in += 1;
-                    self.rstart += total;
-                    consumed_any = true;
-                    match frame {
-                        Ok(Frame::Publish(mut msg)) => {
-                            if msg.timestamp_ns == 0 {
-                                msg.timestamp_ns = now_ns();
-                            }
-                            if self.send_to_hub(ToHub::Publish(msg, permit)).is_err() {
-                                break;
-                            }
-                        }
-                        Ok(_) => {}
-                        Err(e) => return Err(self.protocol_error(&e)),
-                    }
-                    continue;
+                self.rstart += total;
+                consumed_any = true;
+                if self.stalled.is_some() || self.state != State::Open {
+                    // The reply waits as the one stalled request: nothing
+                    // more may be decoded until it is sent, or the next
+                    // request would replace it.
+                    break;
                 }
+                continue;
+            }
+            if ty == FrameType::Publish {
+                // The budget must be had before the frame is consumed.
+                let Some(permit) = self.ctx.hub.budget().try_acquire(total) else {
+                    break;
+                };
                 let frame = codec::decode_body(ty, Bytes::copy_from_slice(&self.rbuf[body]));
                 counts.frames_in += 1;
                 self.rstart += total;
                 consumed_any = true;
                 match frame {
-                    Ok(f) => self.handle(f)?,
+                    Ok(Frame::Publish(mut msg)) => {
+                        if msg.timestamp_ns == 0 {
+                            msg.timestamp_ns = now_ns();
+                        }
+                        if self.send_to_hub(ToHub::Publish(msg, permit)).is_err() {
+                            break;
+                        }
+                    }
+                    Ok(_) => {}
                     Err(e) => return Err(self.protocol_error(&e)),
-                }
-                if self.stalled.is_some() || self.state != State::Open {
-                    break;
                 }
                 continue;
             }
+            let frame = codec::decode_body(ty, Bytes::copy_from_slice(&self.rbuf[body]));
+            counts.frames_in += 1;
             self.rstart += total;
             consumed_any = true;
+            match frame {
+                Ok(f) => self.handle(f)?,
+                Err(e) => return Err(self.protocol_error(&e)),
+            }
+            if self.stalled.is_some() || self.state != State::Open {
+                break;
+            }
         }
         if self.rstart == self.rend {
             self.rstart = 0;
@@ -452,6 +561,9 @@ impl SpinConn {
                 .extend_from_slice(&self.rbuf[body..body + Echo::HEADER_LEN]);
             Ok(())
         } else {
+            if self.waiting_bytes() + ECHO_REPLY_LEN > self.ctx.config.max_outbound_bytes {
+                return Err(self.overflowed());
+            }
             let mut b = BytesMut::with_capacity(ECHO_REPLY_LEN);
             b.extend_from_slice(&header);
             b.extend_from_slice(&[FrameType::Echo as u8]);
@@ -459,6 +571,14 @@ impl SpinConn {
             let _ = self.send_to_hub(ToHub::Reply(b.freeze()));
             Ok(())
         }
+    }
+
+    /// Bytes waiting for the socket ahead of a reply queued behind hub
+    /// work: the unsent write buffer and what the hub task queued for it.
+    /// (Replies the hub task has not answered yet are bounded by its
+    /// request queue.)
+    fn waiting_bytes(&self) -> usize {
+        self.unsent() + self.link.backlog.queued()
     }
 
     /// True when a reply may be written directly (the ordering rule of
@@ -474,11 +594,14 @@ impl SpinConn {
     /// Appends a reply encoded by `encode`, in order behind any hub work.
     fn reply(&mut self, encode: impl FnOnce(&mut BytesMut)) -> Result<(), Fatal> {
         if self.direct() {
-            if self.out.len() - self.out_pos >= self.ctx.config.max_outbound_bytes {
+            if self.unsent() >= self.ctx.config.max_outbound_bytes {
                 return Err(self.overflowed());
             }
             encode(&mut self.out);
         } else {
+            if self.waiting_bytes() >= self.ctx.config.max_outbound_bytes {
+                return Err(self.overflowed());
+            }
             let mut b = BytesMut::new();
             encode(&mut b);
             let _ = self.send_to_hub(ToHub::Reply(b.freeze()));
@@ -593,36 +716,49 @@ impl SpinConn {
         // as the default mode's writer drops what it never took.
         self.take_answers();
         codec::encode_error(code, text, &mut self.out);
-        self.state = State::Closing { linger };
+        self.start_closing(linger);
     }
 
     /// Writes what the write buffer holds, until the socket would block.
-    fn flush(&mut self, counts: &mut PassCounts) {
+    /// Returns whether any byte was written.
+    fn flush(&mut self, counts: &mut PassCounts) -> bool {
+        let mut wrote = false;
         while self.out_pos < self.out.len() {
             match self.sock.write(&self.out[self.out_pos..]) {
                 Ok(0) => {
                     self.state = State::Done;
-                    return;
+                    return wrote;
                 }
                 Ok(n) => {
                     self.out_pos += n;
                     counts.bytes_out += n;
                     self.last_active = Instant::now();
+                    wrote = true;
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    // The stall clock restarts with every byte written.
+                    if wrote {
+                        self.write_stalled_since = Some(self.last_active);
+                    } else if self.write_stalled_since.is_none() {
+                        self.write_stalled_since = Some(Instant::now());
+                    }
+                    return wrote;
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
                     tracing::debug!("wire: write failed: {e}");
                     self.state = State::Done;
-                    return;
+                    return wrote;
                 }
             }
         }
+        self.write_stalled_since = None;
         self.out.clear();
         self.out_pos = 0;
         if self.out.capacity() > self.ctx.config.max_outbound_bytes.max(WRITE_BUFFER_BYTES) {
             self.out = BytesMut::with_capacity(WRITE_BUFFER_BYTES);
         }
+        wrote
     }
 
     /// Reads and discards input after a fatal ERROR, until end of stream,
@@ -761,6 +897,7 @@ mod tests {
                 from_hub,
                 sent: 0,
                 done: Arc::new(AtomicU64::new(0)),
+                backlog: Arc::default(),
             };
             let sock = mio::net::TcpStream::from_std(server);
             Harness {
@@ -828,6 +965,22 @@ mod tests {
         );
     }
 
+    /// Writes all of `bytes` from the client (they fit its socket buffers).
+    fn write_all_now(client: &mut TcpStream, bytes: &[u8]) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut off = 0;
+        while off < bytes.len() {
+            match client.write(&bytes[off..]) {
+                Ok(n) => off += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    assert!(Instant::now() < deadline, "the client could not write");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => panic!("client write: {e}"),
+            }
+        }
+    }
+
     fn echo_request(correlation_id: i64) -> BytesMut {
         let mut b = BytesMut::new();
         codec::encode_echo(Echo::RESPOND, 7, correlation_id, &[], &mut b).unwrap();
@@ -883,6 +1036,116 @@ mod tests {
             }
         }
         assert!(replies.is_empty());
+    }
+
+    #[test]
+    fn echo_replies_parked_behind_a_full_hub_queue_are_all_sent() {
+        // A PUBLISH the hub task never completes sends every later reply
+        // through the hub queue; more PUBLISHes fill that queue, so the
+        // first ECHO's reply waits as the stalled request. The ECHOs after
+        // it must wait too, not replace it.
+        let mut h = Harness::new();
+        let mut stream = BytesMut::new();
+        let msg = Message::new("t", &b"p"[..]);
+        for _ in 0..TO_HUB_CAPACITY + 1 {
+            codec::encode_message(FrameType::Publish, &msg, &mut stream).unwrap();
+        }
+        let echoes = 20;
+        for i in 0..echoes {
+            stream.extend_from_slice(&echo_request(i));
+        }
+        write_all_now(&mut h.client, &stream);
+        let (mut publishes, mut replies) = (0, Vec::new());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            h.conn.poll(Instant::now(), &mut h.counts);
+            assert_eq!(h.conn.state, State::Open, "the connection closed");
+            // The hub task's part, slowly: one request per pass (completing
+            // none), so the queue stays full while the ECHOs are decoded.
+            match h.requests.try_recv() {
+                Ok(ToHub::Publish(..)) => publishes += 1,
+                Ok(ToHub::Reply(b)) => {
+                    let mut b = BytesMut::from(&b[..]);
+                    match codec::decode_frame(&mut b, usize::MAX).unwrap() {
+                        Some(Frame::Echo(e)) => replies.push(e.correlation_id),
+                        other => panic!("expected an ECHO reply, got {other:?}"),
+                    }
+                }
+                Ok(other) => panic!("unexpected request {other:?}"),
+                Err(_) => {
+                    if h.counts.bytes_in == stream.len() && !h.conn.is_stalled() {
+                        // Everything read, decoded and taken.
+                        break;
+                    }
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{publishes} publishes, {replies:?}"
+            );
+        }
+        assert_eq!(publishes, TO_HUB_CAPACITY + 1);
+        assert_eq!(
+            replies,
+            (0..echoes).collect::<Vec<_>>(),
+            "ECHO replies lost"
+        );
+    }
+
+    #[test]
+    fn a_client_that_reads_nothing_is_closed_after_the_write_timeout() {
+        let mut h = Harness::new();
+        h.conn.write_timeout = Some(Duration::from_millis(200));
+        // Replies the client never reads, until the socket takes no more.
+        let mut burst = BytesMut::new();
+        for i in 0..1000 {
+            burst.extend_from_slice(&echo_request(i));
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while h.conn.write_stalled_since.is_none() {
+            match h.client.write(&burst) {
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => panic!("client write: {e}"),
+            }
+            h.conn.poll(Instant::now(), &mut h.counts);
+            assert!(h.conn.state == State::Open || h.conn.state == State::Done);
+            assert!(
+                Instant::now() < deadline,
+                "the server's writes never blocked"
+            );
+        }
+        // Before the limit it stays open, and the poller's park is bounded
+        // by the limit.
+        h.conn.poll(Instant::now(), &mut h.counts);
+        assert_eq!(h.conn.state, State::Open);
+        let deadline = h.conn.next_deadline().expect("a deadline to park until");
+        assert!(deadline <= Instant::now() + Duration::from_millis(200));
+        // Once nothing moved for the limit, it is closed without a flush.
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while !h.conn.is_done() {
+            h.conn
+                .poll(Instant::now() + Duration::from_secs(1), &mut h.counts);
+            assert!(Instant::now() < give_up, "state {:?}", h.conn.state);
+        }
+        assert_eq!(h.conn.ctx.metrics.error_count("write_timeout"), 1);
+    }
+
+    #[test]
+    fn closing_gives_up_on_a_client_that_reads_nothing() {
+        let mut h = Harness::new();
+        // A write buffer the socket will not take all of.
+        h.conn.out.extend_from_slice(&vec![0u8; 64 << 20]);
+        let now = Instant::now();
+        h.conn.poll(now, &mut h.counts);
+        assert!(h.conn.unsent() > 0);
+        h.conn.shut_down();
+        let State::Closing { until, .. } = h.conn.state else {
+            panic!("closing expected, got {:?}", h.conn.state);
+        };
+        assert_eq!(h.conn.next_deadline(), Some(until));
+        h.conn.poll(until + Duration::from_millis(1), &mut h.counts);
+        assert!(h.conn.is_done(), "state {:?}", h.conn.state);
     }
 
     proptest! {

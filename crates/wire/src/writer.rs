@@ -3,6 +3,13 @@
 //! subscriber, and writes everything pending with one `write_all` per
 //! wake-up.
 //!
+//! Every write has a deadline (`timed_write.rs`): a client that reads
+//! nothing for the listener's idle timeout is closed (counted as
+//! `write_timeout`), and once the reader has ended (end of stream, a fatal
+//! error, the idle timeout) what is left — the last replies, the ERROR — gets
+//! only a short best-effort bound, so a client that does not read cannot
+//! hold the connection, its slot and its hub subscriber open.
+//!
 //! The subscriber is created at the first SUBSCRIBE: a connection that only
 //! publishes or echoes never holds a hub queue. Buffers start empty and a
 //! buffer that grew for a burst is released once written, so a quiet
@@ -18,6 +25,7 @@ use crate::codec;
 use crate::connection::ConnectionContext;
 use crate::frame::{ErrorCode, FrameType};
 use crate::outbound::{Control, Outbound};
+use crate::timed_write::{bounded, write_timed, StallLimit, WriteFailed};
 
 /// A write buffer with more capacity than this is released after its
 /// bytes are written, so a burst does not pin memory on a quiet connection.
@@ -27,6 +35,9 @@ const KEEP_WRITE_CAPACITY: usize = 16 * 1024;
 const KEEP_BATCH_CAPACITY: usize = 64;
 
 /// Writes replies and subscriber messages until the connection closes.
+/// `limit` bounds each write: `limit.open` without progress while the
+/// connection is open, a short bound once `limit.closing` (the reader has
+/// ended) is cancelled.
 pub(crate) async fn run(
     mut wr: ConnWriter,
     out: &Outbound,
@@ -34,6 +45,7 @@ pub(crate) async fn run(
     metrics: &ListenerMetrics,
     cancel: &CancellationToken,
     shutdown: &CancellationToken,
+    limit: StallLimit<'_>,
 ) {
     let batch = ctx.config.write_batch.max(1);
     let mut buf = BytesMut::new();
@@ -101,8 +113,18 @@ pub(crate) async fn run(
             control = Vec::new();
         }
         if !buf.is_empty() {
-            if let Err(e) = wr.write_all(&buf).await {
-                tracing::debug!("wire: write failed: {e}");
+            let this_write = if closing {
+                StallLimit::closing_now(limit.open)
+            } else {
+                limit
+            };
+            if let Err(e) = write_timed(&mut wr, &buf, this_write).await {
+                let reader_ended = limit.closing.is_some_and(|t| t.is_cancelled());
+                if matches!(e, WriteFailed::Stalled(_)) && !closing && !reader_ended {
+                    // A reason of its own: the reader counted any other.
+                    metrics.error("write_timeout");
+                }
+                tracing::debug!("wire: closing connection: write failed: {e}");
                 break;
             }
             buf.clear();
@@ -129,7 +151,8 @@ pub(crate) async fn run(
         }
     }
     cancel.cancel();
-    let _ = wr.shutdown().await;
+    // A TLS close_notify into a full socket must not hold the connection.
+    let _ = bounded(StallLimit::closing_limit(limit.open), wr.shutdown()).await;
 }
 
 /// Waits for subscriber messages; forever when there is no subscriber yet.

@@ -2,7 +2,9 @@
 //! (slowloris guard), the idle timeout, the CIDR allow-list, the connection
 //! limit, the in-flight byte budget held by a PUBLISH until the hub took
 //! it — and bad input closing only its own connection, with a counted
-//! reason, while another connection is served.
+//! reason, while another connection is served. A client that stops reading
+//! is closed too: after an outbound overflow, or by the idle timeout while
+//! the server cannot write to it.
 
 #[macro_use]
 mod common;
@@ -13,11 +15,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{eventually, expect_error_then_close, TestServer, PATIENCE};
+use common::{eventually, eventually_within, expect_error_then_close, TestServer, PATIENCE};
 use tidegate_hub::{
     AckToken, Hub, InflightBudget, Message, Pattern, RouteTable, SharedMessage, Sink,
 };
-use tidegate_wire::{ErrorCode, WireClient, WireConfig};
+use tidegate_wire::{ErrorCode, FrameType, WireClient, WireConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Semaphore;
 
@@ -274,5 +276,104 @@ both_modes! {
         gate.add_permits(1);
         c.ping().await.unwrap();
         eventually("the bytes to return", || budget.in_use() == 0).await;
+    }
+}
+
+/// How long a connection the server gave up on may take to be gone: far
+/// more than the server needs (about a second), for a loaded machine.
+const CLOSE_PATIENCE: Duration = Duration::from_secs(20);
+
+/// `n` PING frames.
+fn pings(n: u64) -> bytes::BytesMut {
+    let mut b = bytes::BytesMut::new();
+    for token in 0..n {
+        tidegate_wire::codec::encode_token(FrameType::Ping, token, &mut b);
+    }
+    b
+}
+
+both_modes! {
+    async fn a_client_flooding_pings_without_reading_is_closed_after_the_overflow() {
+        // An idle timeout far beyond the test: the overflow alone must close
+        // the connection, though the client never reads its ERROR.
+        let s = TestServer::start(config(|c| {
+            c.listener.idle_timeout_ms = 600_000;
+            c.max_outbound_bytes = 256 * 1024;
+        }))
+        .await;
+        let m = s.metrics("wire");
+        let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+        // First fill the sockets with PONGs until the server's writes block:
+        // a chunk at a time, each answered before the next, until its
+        // answers stop leaving for a second.
+        let chunk = pings(1000);
+        let mut sent = 0u64;
+        loop {
+            c.write_all(&chunk).await.unwrap();
+            sent += chunk.len() as u64;
+            let wait = tokio::time::Instant::now() + Duration::from_secs(1);
+            while m.bytes_out_total() < sent && tokio::time::Instant::now() < wait {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            if m.bytes_out_total() < sent {
+                break;
+            }
+            assert!(sent < 1 << 30, "the server's writes never blocked");
+        }
+        // Then more PINGs than `max_outbound_bytes` of PONGs can wait for.
+        let burst = pings(64 * 1024);
+        while m.error_count("outbound_overflow") == 0 {
+            let w = tokio::time::timeout(Duration::from_secs(1), c.write_all(&burst)).await;
+            if !matches!(w, Ok(Ok(()))) {
+                break; // the server stopped reading (it overflowed) or closed
+            }
+        }
+        eventually("the overflow to be counted", || {
+            m.error_count("outbound_overflow") == 1
+        })
+        .await;
+        // Its socket, slot and buffers are released.
+        eventually_within("the connection to close", CLOSE_PATIENCE, || {
+            m.open_connections() == 0
+        })
+        .await;
+        drop(c);
+    }
+}
+
+both_modes! {
+    async fn a_subscriber_that_stops_reading_is_closed_by_the_idle_timeout() {
+        let s = TestServer::start(config(|c| {
+            c.listener.idle_timeout_ms = 5_000;
+            c.subscriber_capacity = 16;
+            c.max_outbound_bytes = 256 * 1024;
+        }))
+        .await;
+        let m = s.metrics("wire");
+        let mut sub = WireClient::connect(s.addr).await.unwrap();
+        sub.subscribe("big").await.unwrap();
+        // Publish (32 KiB messages) until most are dropped for it: the
+        // server cannot write to it any more.
+        let mut publ = WireClient::connect(s.addr).await.unwrap();
+        let body = Bytes::from(vec![b'x'; 32 * 1024]);
+        let dropped = || s.hub.metrics().dropped_oldest.get();
+        let mut published = 0;
+        while dropped() < 500 && published < 2000 {
+            for _ in 0..50 {
+                publ.publish(&Message::new("big", body.clone()))
+                    .await
+                    .unwrap();
+                published += 1;
+            }
+            publ.ping().await.unwrap();
+        }
+        drop(publ);
+        // Nothing moves on the subscriber's connection: the idle timeout
+        // closes it although the server cannot write its ERROR.
+        eventually_within("the subscriber to be closed", CLOSE_PATIENCE, || {
+            m.open_connections() == 0
+        })
+        .await;
+        drop(sub);
     }
 }

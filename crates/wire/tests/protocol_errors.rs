@@ -223,6 +223,47 @@ both_modes! {
 }
 
 both_modes! {
+    async fn echoes_between_bursts_of_publishes_are_all_answered_in_order() {
+        // Bursts longer than the low-latency mode's hub queue (1,024
+        // requests): ECHO replies queued behind them wait for room.
+        let s = TestServer::default().await;
+        let mut c = WireClient::connect(s.addr).await.unwrap();
+        let m = Message::new("nobody.listens", Bytes::from_static(b"p"));
+        let mut id = 0i64;
+        for _ in 0..40 {
+            for burst in [1500, 200] {
+                for _ in 0..burst {
+                    c.queue(&Frame::Publish(m.clone())).unwrap();
+                }
+                for _ in 0..20 {
+                    c.queue(&Frame::Echo(tidegate_wire::Echo {
+                        options: tidegate_wire::Echo::RESPOND,
+                        send_time_ns: id,
+                        correlation_id: id,
+                        extra: Bytes::new(),
+                    }))
+                    .unwrap();
+                    id += 1;
+                }
+            }
+        }
+        // The replies (1,600 × 25 bytes) fit in the socket buffers: the
+        // client can write everything before reading.
+        c.flush().await.unwrap();
+        for want in 0..id {
+            let f = tokio::time::timeout(Duration::from_secs(10), c.recv())
+                .await
+                .unwrap_or_else(|_| panic!("no reply for echo {want}"));
+            match f {
+                Ok(Some(Frame::Echo(e))) => assert_eq!(e.correlation_id, want),
+                other => panic!("expected echo {want}, got {other:?}"),
+            }
+        }
+        c.ping().await.unwrap();
+    }
+}
+
+both_modes! {
     async fn shutdown_tells_clients_and_closes() {
         let mut s = TestServer::default().await;
         let mut c = WireClient::connect(s.addr).await.unwrap();

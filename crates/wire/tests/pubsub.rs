@@ -236,3 +236,50 @@ both_modes! {
         assert_eq!(&other.recv_message().await.unwrap().payload[..], b"fine");
     }
 }
+
+both_modes! {
+    async fn a_subscriber_that_does_not_read_holds_a_bounded_backlog() {
+        let config = WireConfig {
+            subscriber_capacity: 16,
+            overflow: OverflowPolicy::DropOldest,
+            max_outbound_bytes: 256 * 1024,
+            ..Default::default()
+        };
+        let s = TestServer::start(config).await;
+        let mut sub = WireClient::connect(s.addr).await.unwrap();
+        sub.subscribe("big").await.unwrap();
+        let mut publ = WireClient::connect(s.addr).await.unwrap();
+        // 32 MB for a subscriber that reads none of it.
+        let body = Bytes::from(vec![b'x'; 32 * 1024]);
+        let n = 1000;
+        for i in 0..n {
+            let m = Message::new("big", body.clone()).with_attribute("i", i.to_string());
+            publ.publish(&m).await.unwrap();
+            if i % 50 == 49 {
+                publ.ping().await.unwrap();
+            }
+        }
+        publ.ping().await.unwrap();
+        // The server holds for it its write buffer (256 KiB, plus one batch
+        // of at most 16 messages), its hub queue (16 messages) and what the
+        // sockets buffer; everything else is dropped, oldest first. Half of
+        // the 32 MB is a generous bound on all of that.
+        let dropped = s.hub.metrics().dropped_oldest.get();
+        assert!(
+            dropped >= n / 2,
+            "only {dropped} of {n} messages were dropped: the server buffered the rest"
+        );
+        // Reading again, it is served up to the newest message, in order.
+        let mut last = None;
+        while last != Some(n - 1) {
+            let m = tokio::time::timeout(Duration::from_secs(10), sub.recv_message())
+                .await
+                .expect("messages keep coming")
+                .unwrap();
+            let i: u64 = m.attribute("i").unwrap().parse().unwrap();
+            assert!(last.is_none_or(|l| i > l), "out of order: {i} after {last:?}");
+            last = Some(i);
+        }
+        sub.ping().await.expect("the subscriber stays connected");
+    }
+}

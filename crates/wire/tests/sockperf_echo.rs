@@ -1,13 +1,14 @@
 //! The `[sockperf]` listener on the listener core, without the stock client:
 //! the echo rule over a socket, counted messages, the partial-message read
-//! timeout and a bad length closing only that connection.
+//! timeout and a bad length closing only that connection, and a client
+//! that does not read its replies held back and then closed.
 
 #[macro_use]
 mod common;
 
 use std::time::Duration;
 
-use common::{eventually, TestServer, PATIENCE};
+use common::{eventually, eventually_within, TestServer, PATIENCE};
 use tidegate_wire::sockperf_header::{SockperfHeader, FLAG_CLIENT, FLAG_PONG_REQUEST};
 use tidegate_wire::SockperfConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -100,5 +101,37 @@ both_modes! {
             .unwrap()
             .unwrap();
         assert_eq!(SockperfHeader::parse(&reply).unwrap().sequence, 7);
+    }
+}
+
+both_modes! {
+    async fn a_client_that_does_not_read_is_held_back_then_closed() {
+        let mut config = SockperfConfig::default();
+        config.listener.idle_timeout_ms = 2_000;
+        let s = TestServer::sockperf(config).await;
+        let m = s.metrics("sockperf");
+        let mut c = TcpStream::connect(s.addr).await.unwrap();
+        // 1 MiB of PONG requests per write, none of the replies read.
+        let chunk: Vec<u8> = (0..1024)
+            .flat_map(|i| message(i, FLAG_CLIENT | FLAG_PONG_REQUEST, 1024))
+            .collect();
+        let max = 128 << 20;
+        let mut sent = 0;
+        while sent < max {
+            match tokio::time::timeout(Duration::from_secs(1), c.write_all(&chunk)).await {
+                Ok(Ok(())) => sent += chunk.len(),
+                // Stalled (or closed): the server stopped reading.
+                Ok(Err(_)) | Err(_) => break,
+            }
+        }
+        // Only the sockets' buffers were filled: the server read no more
+        // than it could answer.
+        assert!(sent < max, "the server read all {sent} bytes");
+        // Then nothing moves, and the idle timeout closes it.
+        eventually_within("the connection to close", Duration::from_secs(20), || {
+            m.open_connections() == 0
+        })
+        .await;
+        drop(c);
     }
 }
