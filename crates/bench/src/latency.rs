@@ -67,6 +67,23 @@ impl LatencyRecorder {
         }
     }
 
+    /// Adds every value of `other` plus `shift`: latencies recorded up to
+    /// one instant (a window's end), carried to a later one (the end of the
+    /// run, not known yet when they were recorded).
+    pub fn merge_shifted(&mut self, other: &LatencyRecorder, shift: std::time::Duration) {
+        let shift = shift.as_nanos().min(MAX_NS as u128) as u64;
+        if let Some(h) = &other.hist {
+            let mine = self.hist.get_or_insert_with(empty_histogram);
+            for v in h.iter_recorded() {
+                let ns = v.value_iterated_to().saturating_add(shift).clamp(1, MAX_NS);
+                mine.saturating_record_n(ns, v.count_at_value());
+            }
+        }
+        for &v in &other.buffer {
+            self.record_ns(v.saturating_add(shift));
+        }
+    }
+
     /// Number of values recorded.
     pub fn count(&self) -> u64 {
         self.hist.as_ref().map_or(0, |h| h.len()) + self.buffer.len() as u64
@@ -181,6 +198,21 @@ mod tests {
         // Values above the bound are clamped, still counted.
         all.record_ns(u64::MAX);
         assert_eq!(all.count(), n + 1);
+    }
+
+    #[test]
+    fn shifted_values_keep_their_count_and_move_by_the_shift() {
+        let mut late = LatencyRecorder::default();
+        for i in 1..=(BUFFERED as u64 + 100) {
+            late.record_ns(i * 1000);
+        }
+        let mut all = LatencyRecorder::default();
+        all.merge_shifted(&late, std::time::Duration::from_millis(500));
+        assert_eq!(all.count(), late.count());
+        let (a, l) = (all.summary_us().unwrap(), late.summary_us().unwrap());
+        for (x, y) in [(a.p50, l.p50), (a.max, l.max), (a.mean, l.mean)] {
+            assert!((x - y - 500_000.0).abs() < 0.002 * x, "{a:?} {l:?}");
+        }
     }
 
     #[test]

@@ -29,12 +29,10 @@ pub struct Window {
 }
 
 impl Window {
-    fn per_second(&self, n: u64) -> f64 {
-        if self.seconds > 0.0 {
-            n as f64 / self.seconds
-        } else {
-            0.0
-        }
+    /// `n` per second over the window; `None` for an empty window (a rate
+    /// from no time at all is not a rate of 0).
+    fn per_second(&self, n: u64) -> Option<f64> {
+        (self.seconds > 0.0).then(|| n as f64 / self.seconds)
     }
 }
 
@@ -59,12 +57,15 @@ pub struct Report {
     /// Length of the measured window, seconds (`window.seconds`).
     pub duration_s: f64,
     /// Offered rate: events the schedule made due per second over the
-    /// measured window (`null` when the load is not paced).
+    /// measured window (`null` when the load is not paced, or the window
+    /// is empty).
     pub offered_rate: Option<f64>,
-    /// Sent rate: events written per second over the measured window.
-    pub sent_rate: f64,
-    /// The rate: events delivered per second over the measured window.
-    pub rate: f64,
+    /// Sent rate: events written per second over the measured window
+    /// (`null` when the window is empty).
+    pub sent_rate: Option<f64>,
+    /// The rate: events delivered per second over the measured window
+    /// (`null` when the window is empty).
+    pub rate: Option<f64>,
     /// Latency percentiles, microseconds; `null` when nothing was measured
     /// (never a latency of 0).
     pub latency_us: Option<LatencySummary>,
@@ -94,8 +95,8 @@ impl Report {
             window: Window::default(),
             duration_s: 0.0,
             offered_rate: None,
-            sent_rate: 0.0,
-            rate: 0.0,
+            sent_rate: None,
+            rate: None,
             latency_us: None,
             server: ProcessStats::default(),
             client: ProcessStats::default(),
@@ -108,7 +109,7 @@ impl Report {
     pub fn set_window(&mut self, w: Window) {
         self.window = w;
         self.duration_s = w.seconds;
-        self.offered_rate = w.due.map(|d| w.per_second(d));
+        self.offered_rate = w.due.and_then(|d| w.per_second(d));
         self.sent_rate = w.per_second(w.sent);
         self.rate = w.per_second(w.delivered);
     }
@@ -144,23 +145,33 @@ impl Report {
         None
     }
 
-    /// The JSON object on one line.
+    /// The JSON object on one line, with `failure`: why the run measured
+    /// nothing ([`Report::measured_nothing`]; it then exits non-zero), else
+    /// `null`.
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("report serialises")
+        let mut v = serde_json::to_value(self).expect("report serialises");
+        v["failure"] = self.measured_nothing().into();
+        v.to_string()
     }
 
     /// The lines common to every human report: the window's three rates,
     /// errors, server and client resources.
     pub fn summary_lines(&self) -> String {
         let unit = &self.unit;
-        let offered = match self.offered_rate {
-            Some(r) => format!("{r:.0} {unit}/s"),
-            None => "unpaced".into(),
+        // "-" for a rate of an empty window: not measured, not 0.
+        let per_s = |r: Option<f64>| r.map_or("-".to_owned(), |r| format!("{r:.0} {unit}/s"));
+        let offered = match (self.offered_rate, self.window.due) {
+            (None, None) => "unpaced".to_owned(),
+            (r, _) => per_s(r),
         };
         let mut s = format!(
             "sent {}  received {}  (whole run)\n\
-             measured window {:.2} s: offered rate {offered}  sent rate {:.0} {unit}/s  rate (delivered) {:.0} {unit}/s\n",
-            self.sent, self.received, self.duration_s, self.sent_rate, self.rate
+             measured window {:.2} s: offered rate {offered}  sent rate {}  rate (delivered) {}\n",
+            self.sent,
+            self.received,
+            self.duration_s,
+            per_s(self.sent_rate),
+            per_s(self.rate)
         );
         if self.errors.is_empty() {
             s.push_str("errors: none\n");
@@ -179,18 +190,25 @@ impl Report {
             );
             // CPU per delivered unit: what compares across runs on a
             // shared machine when rates do not.
-            if self.rate > 0.0 && self.server.cpu_pct_avg > 0.0 {
-                let us = self.server.cpu_pct_avg / 100.0 * 1e6 / self.rate;
-                line.push_str(&format!("  ~{us:.1} µs cpu per {unit}"));
+            if let Some(rate) = self.rate.filter(|r| *r > 0.0) {
+                if self.server.cpu_pct_avg > 0.0 {
+                    let us = self.server.cpu_pct_avg / 100.0 * 1e6 / rate;
+                    line.push_str(&format!("  ~{us:.1} µs cpu per {unit}"));
+                }
             }
             line
         } else {
             "server: not measured (not started by this bench)".to_owned()
         };
-        s.push_str(&format!(
-            "{server}   client: cpu avg {:.0}%  rss max {} KiB\n",
-            self.client.cpu_pct_avg, self.client.rss_kb_max
-        ));
+        let client = if self.client.measured() {
+            format!(
+                "cpu avg {:.0}%  rss max {} KiB",
+                self.client.cpu_pct_avg, self.client.rss_kb_max
+            )
+        } else {
+            "cpu avg -  rss max -".to_owned()
+        };
+        s.push_str(&format!("{server}   client: {client}\n"));
         s
     }
 
@@ -290,8 +308,8 @@ mod tests {
             delivered: 800,
         });
         assert_eq!(r.offered_rate, Some(500.0));
-        assert_eq!(r.sent_rate, 450.0);
-        assert_eq!(r.rate, 400.0);
+        assert_eq!(r.sent_rate, Some(450.0));
+        assert_eq!(r.rate, Some(400.0));
         assert_eq!(r.duration_s, 2.0);
         let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
         assert_eq!(v["offered_rate"], 500.0);
@@ -305,6 +323,48 @@ mod tests {
         let human = r.summary_lines();
         // Half a core for 400 records/s: 1,250 µs each.
         assert!(human.contains("~1250.0 µs cpu per record"), "{human}");
+        assert!(v["failure"].is_null(), "{v}");
+    }
+
+    #[test]
+    fn an_empty_window_has_no_rates_and_says_why_it_failed() {
+        let mut r = Report::new("echo", "message", serde_json::Value::Null);
+        r.latency_expected = true;
+        r.set_window(Window {
+            seconds: 0.0,
+            due: Some(0),
+            sent: 0,
+            delivered: 0,
+        });
+        assert_eq!((r.offered_rate, r.sent_rate, r.rate), (None, None, None));
+        let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        for k in ["offered_rate", "sent_rate", "rate"] {
+            assert!(v[k].is_null(), "{k} in {v}");
+        }
+        assert!(
+            v["failure"]
+                .as_str()
+                .is_some_and(|f| f.contains("window is empty")),
+            "{v}"
+        );
+        let human = r.summary_lines();
+        assert!(
+            human.contains("offered rate -  sent rate -  rate (delivered) -"),
+            "{human}"
+        );
+        // Neither sampler took a sample: no figure of 0 for either.
+        assert!(human.contains("server: not measured"), "{human}");
+        assert!(human.contains("client: cpu avg -  rss max -"), "{human}");
+        assert!(!human.contains(" 0%"), "{human}");
+        assert!(r.emit(true, "").is_err());
+        // Unpaced load still says so.
+        r.set_window(Window {
+            seconds: 1.0,
+            due: None,
+            sent: 5,
+            delivered: 5,
+        });
+        assert!(r.summary_lines().contains("offered rate unpaced"));
     }
 
     #[test]

@@ -81,17 +81,21 @@ impl Sampler {
             let c0 = cpu_ticks(pid).unwrap_or(0);
             let (mut last_t, mut last_c) = (t0, c0);
             let mut stats = ProcessStats::default();
-            while !flag.load(Ordering::Acquire) {
+            loop {
                 std::thread::sleep(every.min(Duration::from_millis(100)));
-                // A run shorter than `every` still gets its one sample.
-                let last_chance = flag.load(Ordering::Acquire) && stats.samples == 0;
+                // A final sample when stopped, so the average runs to the
+                // stop (and a run shorter than `every` gets its one sample).
+                let last_chance = flag.load(Ordering::Acquire);
                 if last_t.elapsed() < every && !last_chance {
                     continue;
                 }
                 let (now, c) = (Instant::now(), cpu_ticks(pid));
                 let Some(c) = c else { break };
                 let dt = now.duration_since(last_t).as_secs_f64();
-                if dt > 0.0 {
+                // The one-second maximum: a final partial interval is too
+                // short to count (clock ticks are 10 ms), unless it is all.
+                let full = now.duration_since(last_t) >= every || stats.samples == 0;
+                if dt > 0.0 && full {
                     let pct = (c.saturating_sub(last_c)) as f64 / hz / dt * 100.0;
                     stats.cpu_pct_max = stats.cpu_pct_max.max(pct);
                 }
@@ -102,6 +106,9 @@ impl Sampler {
                     stats.cpu_pct_avg = (c.saturating_sub(c0)) as f64 / hz / total * 100.0;
                 }
                 (last_t, last_c) = (now, c);
+                if last_chance {
+                    break;
+                }
             }
             stats
         });
@@ -129,5 +136,17 @@ impl Sampler {
 impl Drop for Sampler {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sampler_stopped_at_once_still_takes_its_final_sample() {
+        let stats = Sampler::start_self(Duration::from_secs(10)).finish();
+        assert_eq!(stats.samples, 1, "{stats:?}");
+        assert!(stats.rss_kb_max > 0, "{stats:?}");
     }
 }

@@ -150,11 +150,15 @@ impl ServerUnderTest {
     }
 
     /// Stops sampling, sends SIGTERM, waits for exit (SIGKILL after 10 s) and
-    /// returns the CPU/RSS seen during the run.
-    pub fn stop(mut self) -> ProcessStats {
+    /// returns the CPU/RSS seen during the run. Fails, naming its exit
+    /// status, if the server had already exited before it was asked to
+    /// stop: whatever the run measured, it did not measure a live server.
+    pub fn stop(mut self) -> anyhow::Result<ProcessStats> {
+        let exited = exited_early(&mut self.child, "`tidegate serve`");
         let stats = self.sampler.take().map(Sampler::finish).unwrap_or_default();
         self.terminate();
-        stats
+        exited?;
+        Ok(stats)
     }
 
     fn terminate(&mut self) {
@@ -261,6 +265,19 @@ impl Drop for TempDir {
     }
 }
 
+/// An error naming `what` and its exit status if the child has already
+/// exited (it died during the run: it is only ever asked to stop after).
+pub(crate) fn exited_early(child: &mut Child, what: &str) -> anyhow::Result<()> {
+    match child.try_wait() {
+        Ok(Some(status)) => bail!(
+            "{what} (pid {}) exited during the run, before the bench stopped it, with {status}",
+            child.id()
+        ),
+        Ok(None) => Ok(()),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("checking whether {what} is running"))),
+    }
+}
+
 /// Stops a child process the bench started: SIGTERM, then SIGKILL once
 /// `grace` has passed; nothing when it has already exited.
 pub fn terminate(child: &mut Child, grace: Duration) {
@@ -286,7 +303,39 @@ pub fn terminate(child: &mut Child, grace: Duration) {
 
 #[cfg(test)]
 mod tests {
-    use super::merge_sections;
+    use super::*;
+
+    fn under_test(child: Child) -> ServerUnderTest {
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        ServerUnderTest {
+            sampler: Some(Sampler::start(child.id(), Duration::from_millis(50))),
+            child,
+            addrs: ServerAddrs {
+                http: a,
+                wire: a,
+                sockperf: a,
+                forward: a,
+                s2s: a,
+            },
+            _dir: TempDir::new().unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_server_that_exited_before_stop_fails_the_run_with_its_status() {
+        let s = under_test(Command::new("sh").args(["-c", "exit 3"]).spawn().unwrap());
+        // Let it exit (unreaped: try_wait in stop() sees it).
+        std::thread::sleep(Duration::from_millis(200));
+        let e = format!("{:#}", s.stop().unwrap_err());
+        assert!(e.contains("exited during the run"), "{e}");
+        assert!(e.contains("exit status: 3"), "{e}");
+
+        let s = under_test(Command::new("sleep").arg("30").spawn().unwrap());
+        let t = Instant::now();
+        let stats = s.stop().expect("a live server stops cleanly");
+        assert!(stats.measured(), "{stats:?}");
+        assert!(t.elapsed() < Duration::from_secs(5));
+    }
 
     #[test]
     fn repeated_sections_are_merged_and_arrays_kept() {

@@ -45,12 +45,14 @@ impl Target {
         }
     }
 
-    /// Stops a spawned server and returns its resource figures (zero for an
-    /// external target, which this process cannot see).
-    pub fn finish(self) -> ProcessStats {
+    /// Stops a spawned server and returns its resource figures (not
+    /// measured, `samples` 0, for an external target, which this process
+    /// cannot see). Fails if the spawned server exited before it was asked
+    /// to stop (it died during the run), naming its exit status.
+    pub fn finish(self) -> anyhow::Result<ProcessStats> {
         match self {
             Target::Spawned(s) => s.stop(),
-            Target::External(_) => ProcessStats::default(),
+            Target::External(_) => Ok(ProcessStats::default()),
         }
     }
 }

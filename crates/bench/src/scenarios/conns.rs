@@ -320,7 +320,7 @@ pub async fn run(args: &ConnsArgs) -> anyhow::Result<()> {
     tokio::time::sleep(AFTER_CLOSE).await;
     let rss_after_close = pid.and_then(rss_kb);
     let client = client_sampler.finish();
-    let server = tokio::task::spawn_blocking(move || target.finish()).await?;
+    let server = tokio::task::spawn_blocking(move || target.finish()).await??;
 
     let summary = Summary::of(&records);
     let rss = RssFigures {

@@ -103,7 +103,7 @@ pub async fn run(args: &EchoArgs) -> anyhow::Result<()> {
     })
     .await?;
     let client = client_sampler.finish();
-    let server = tokio::task::spawn_blocking(move || target.finish()).await?;
+    let server = tokio::task::spawn_blocking(move || target.finish()).await??;
     let outcome = outcome?;
     let anchor = if args.anchor {
         let a = args.clone();
@@ -150,7 +150,7 @@ pub async fn run(args: &EchoArgs) -> anyhow::Result<()> {
             "name": "sockperf under-load vs sockperf server",
             "sent_rate": a.sent_rate,
             "one_way_us": a.one_way_us,
-            "sent_rate_ratio": report.sent_rate / a.sent_rate.max(1e-9),
+            "sent_rate_ratio": report.sent_rate.map(|r| r / a.sent_rate.max(1e-9)),
             "mean_ratio": report.latency_us.map(|l| l.halved().mean / a.one_way_us.mean.max(1e-9)),
         })),
     });
@@ -159,8 +159,7 @@ pub async fn run(args: &EchoArgs) -> anyhow::Result<()> {
         "Scenario: target {addr}, sendingRatePerSecond {}, skippedWarmUpResponses {}, messagesSent {}, {} expected responses with a response rate 1 for {}, extra data {} bytes\n\n\
          Based on {} measurements.\n\
          It took {} ms between the first measured message sent and the last received\n\
-         Measured window {:.3} s: offered rate {:.0} msg/s, sent rate {:.0} msg/s ({:.1}% of offered), \
-         rate {:.0} msg/s delivered (confirmed by replies); worst sender lag behind schedule {:.0} µs\n\n{}",
+         {}; worst sender lag behind schedule {:.0} µs\n\n{}",
         args.rate,
         args.warmup,
         args.messages,
@@ -169,11 +168,7 @@ pub async fn run(args: &EchoArgs) -> anyhow::Result<()> {
         args.extra_bytes,
         outcome.rtt.count(),
         outcome.measured_span.as_millis(),
-        report.duration_s,
-        report.offered_rate.unwrap_or(0.0),
-        report.sent_rate,
-        100.0 * report.sent_rate / report.offered_rate.unwrap_or(0.0).max(1e-9),
-        report.rate,
+        window_line(&report),
         outcome.max_send_lag.as_secs_f64() * 1e6,
         match &report.latency_us {
             Some(l) => one_way_round_trip_table(l),
@@ -185,6 +180,23 @@ pub async fn run(args: &EchoArgs) -> anyhow::Result<()> {
         None => human,
     };
     report.emit(args.common.json, &human)
+}
+
+/// The measured window's rates; an empty window (every message a warm-up
+/// one) has none, and says so instead of printing rates of 0.
+fn window_line(report: &Report) -> String {
+    match (report.offered_rate, report.sent_rate, report.rate) {
+        (Some(offered), Some(sent), Some(rate)) => format!(
+            "Measured window {:.3} s: offered rate {offered:.0} msg/s, sent rate {sent:.0} msg/s ({:.1}% of offered), \
+             rate {rate:.0} msg/s delivered (confirmed by replies)",
+            report.duration_s,
+            100.0 * sent / offered.max(1e-9),
+        ),
+        _ => format!(
+            "Measured window {:.3} s: empty (--warmup x --respond-every covers every message), rates -",
+            report.duration_s
+        ),
+    }
 }
 
 /// What one run measured.
@@ -737,12 +749,13 @@ mod anchor {
 
     /// Tidegate next to the anchor, one-way µs, with ratios.
     pub(super) fn comparison(report: &Report, a: &AnchorResult) -> String {
-        let Some(t) = report.latency_us.map(|l| l.halved()) else {
+        let (Some(t), Some(sent_rate)) = (report.latency_us.map(|l| l.halved()), report.sent_rate)
+        else {
             return "Anchor (same run): not compared, Tidegate measured no reply\n".into();
         };
         let s = &a.one_way_us;
         let rows = [
-            ("sent rate (msg/s)", report.sent_rate, a.sent_rate),
+            ("sent rate (msg/s)", sent_rate, a.sent_rate),
             ("mean", t.mean, s.mean),
             ("50th percentile", t.p50, s.p50),
             ("99th percentile", t.p99, s.p99),
@@ -792,6 +805,33 @@ mod tests {
     use super::*;
     use tidegate_hub::Hub;
     use tidegate_wire::{CancellationToken, ListenerConfig, WireConfig, WireMode, WireServer};
+
+    #[test]
+    fn an_empty_window_prints_no_rates() {
+        let mut r = Report::new("echo", "message", serde_json::Value::Null);
+        r.set_window(Window {
+            seconds: 0.0,
+            due: Some(0),
+            sent: 0,
+            delivered: 0,
+        });
+        let line = window_line(&r);
+        assert!(line.contains("empty") && line.contains("rates -"), "{line}");
+        assert!(!line.contains("0 msg/s"), "{line}");
+        r.set_window(Window {
+            seconds: 2.0,
+            due: Some(200),
+            sent: 100,
+            delivered: 50,
+        });
+        let line = window_line(&r);
+        assert!(
+            line.contains(
+                "offered rate 100 msg/s, sent rate 50 msg/s (50.0% of offered), rate 25 msg/s"
+            ),
+            "{line}"
+        );
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_driver_gets_every_asked_reply_from_an_in_process_server() {

@@ -20,11 +20,11 @@
 //! Every ack's latency is recorded from its chunk's due time, however slow
 //! the acks are; a chunk of the measured window that is never acked (still
 //! unacked `--ack-drain-ms` after the schedule ended, or due but never
-//! sent because the ack window stayed full) is counted as an error and
-//! recorded with its latency up to the end of the run, so a stall cannot
-//! hide. Also reported: client and server CPU % and RSS. `--sweep-rate
-//! 10,100,…` runs once per rate and prints one row each, in the seed's table
-//! layout.
+//! sent because the ack window stayed full or the connection ended) is
+//! counted as an error and recorded with its latency up to the end of the
+//! run (never before the schedule's end), so a stall cannot hide. Also
+//! reported: client and server CPU % and RSS. `--sweep-rate 10,100,…` runs
+//! once per rate and prints one row each, in the seed's table layout.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -123,10 +123,11 @@ struct RunResult {
     accepted_records: u64,
     /// Records due per second over the window (`None` when unpaced).
     offered_rate: Option<f64>,
-    /// Records written per second over the window.
-    sent_rate: f64,
-    /// Records delivered per second over the window (the rate).
-    accepted_per_s: f64,
+    /// Records written per second over the window (`None`: empty window).
+    sent_rate: Option<f64>,
+    /// Records delivered per second over the window (the rate; `None`:
+    /// empty window).
+    accepted_per_s: Option<f64>,
     duration_s: f64,
     latency: Option<crate::LatencySummary>,
     server: crate::ProcessStats,
@@ -157,8 +158,9 @@ pub async fn run(args: &ForwardArgs) -> anyhow::Result<()> {
         let (row, report) = run_once(args, rate).await?;
         if !args.common.json {
             eprintln!(
-                "rate {rate}: accepted {:.0} records/s, server cpu {:.1}%",
-                row.accepted_per_s, row.server.cpu_pct_avg
+                "rate {rate}: accepted {} records/s, server cpu {}%",
+                or_dash(row.accepted_per_s, 0),
+                or_dash(row.server.measured().then_some(row.server.cpu_pct_avg), 1)
             );
         }
         if let Some(why) = report.measured_nothing() {
@@ -207,16 +209,21 @@ fn human_table(args: &ForwardArgs, rows: &[RunResult]) -> String {
         };
         let offered = match r.offered_rate {
             Some(o) => format!("{o:.0}"),
-            None => "unpaced".into(),
+            None if r.rate == 0 => "unpaced".into(),
+            None => "-".into(),
         };
+        // "-" for what was not measured: an empty window's rates, the
+        // resources of a server or client not sampled.
+        let cpu = |p: &crate::ProcessStats| or_dash(p.measured().then_some(p.cpu_pct_avg), 1);
+        let rss = |p: &crate::ProcessStats| or_dash(p.measured().then_some(p.rss_kb_max as f64), 0);
         s.push_str(&format!(
-            "| {rate} | {offered} | {:.0} | {:.0} | {:.1} | {} | {:.1} | {} | {} | {} | {} | {} |\n",
-            r.sent_rate,
-            r.accepted_per_s,
-            r.server.cpu_pct_avg,
-            r.server.rss_kb_max,
-            r.client.cpu_pct_avg,
-            r.client.rss_kb_max,
+            "| {rate} | {offered} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            or_dash(r.sent_rate, 0),
+            or_dash(r.accepted_per_s, 0),
+            cpu(&r.server),
+            rss(&r.server),
+            cpu(&r.client),
+            rss(&r.client),
             ms(|l| l.p50),
             ms(|l| l.p99),
             ms(|l| l.max),
@@ -227,6 +234,13 @@ fn human_table(args: &ForwardArgs, rows: &[RunResult]) -> String {
         s.push_str(&percentile_table("ack latency", r.latency.as_ref()));
     }
     s
+}
+
+/// `value` with `decimals`, or "-" when there is none.
+fn or_dash(value: Option<f64>, decimals: usize) -> String {
+    value
+        .map(|v| format!("{v:.decimals$}"))
+        .unwrap_or_else(|| "-".into())
 }
 
 /// The server config the spawned server gets: topics `logs.<tag>`, routed to
@@ -294,7 +308,7 @@ async fn run_once(args: &ForwardArgs, rate: u64) -> anyhow::Result<(RunResult, R
     let client_sampler = Sampler::start_self(Duration::from_secs(1));
     let result = drive(args, rate, addr, options, metrics_addr).await;
     let client = client_sampler.finish();
-    let server = target.finish();
+    let server = target.finish()?;
     let (mut row, mut report) = result?;
     row.client = client;
     row.server = server;
@@ -608,7 +622,12 @@ async fn run_connection(
                 };
                 acks.sent(seq, from);
             }
-            writer.write_all(&frame).await?;
+            if let Err(e) = writer.write_all(&frame).await {
+                // Not sent after all: counted below as due and never sent
+                // (once, not also as in flight).
+                acks.lock().in_flight.remove(&seq);
+                return Err(e.into());
+            }
             totals
                 .sent_records
                 .fetch_add(plan.records_per_chunk as u64, Ordering::Relaxed);
@@ -646,10 +665,14 @@ async fn run_connection(
             plan.ack_drain
         );
     }
-    let end = Instant::now();
+    // The end of the run for this connection: now, and never before the
+    // schedule's end — a connection that ended early (the server closed
+    // it or died) still had chunks due until then, none of them delivered.
+    let end = Instant::now().max(plan.stop_at);
     // Whatever is still in flight was never acked; a chunk of the schedule
     // never sent was due all the same. Both count, with their latency up to
-    // now, so that a stall shows in the tail instead of vanishing.
+    // the end (after every due time, so never 0), so that a stall shows in
+    // the tail instead of vanishing.
     let n = plan.records_per_chunk as u64;
     let mut book = acks.lock();
     for due in std::mem::take(&mut book.in_flight).into_values() {
@@ -813,6 +836,22 @@ mod tests {
         addr
     }
 
+    /// A Forward peer that takes the connection, reads for `after` and
+    /// closes it without acking anything: a server that dies mid-run.
+    async fn closing_peer(after: Duration) -> SocketAddr {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = vec![0u8; 64 * 1024];
+            let _ = tokio::time::timeout(after, async {
+                while s.read(&mut buf).await.unwrap_or(0) > 0 {}
+            })
+            .await;
+        });
+        addr
+    }
+
     fn args(window: usize, warmup: f64, ack_drain_ms: u64) -> ForwardArgs {
         ForwardArgs {
             common: CommonArgs {
@@ -874,5 +913,25 @@ mod tests {
             .measured_nothing()
             .unwrap()
             .contains("no record was delivered"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn chunks_due_after_the_connection_ended_are_late_never_zero() {
+        let addr = closing_peer(Duration::from_millis(200)).await;
+        let a = args(16, 0.0, 300);
+        let (_, report) = drive(&a, a.rate, addr, ClientOptions::default(), None)
+            .await
+            .unwrap();
+        // The connection ends about 0.2 s into the 1 s schedule. Each of
+        // the 20 chunks due in the second is counted once (in flight or
+        // never sent) and recorded up to at least the schedule's end: the
+        // last is due 50 ms before it, the median about 0.5 s.
+        let late = report.errors.get("unacked_records").copied().unwrap_or(0)
+            + report.errors["unsent_due_records"];
+        assert_eq!(late, 2_000, "{:?}", report.errors);
+        assert_eq!(report.extra["latency_samples"], 20, "{}", report.to_json());
+        let l = report.latency_us.expect("late chunks recorded");
+        assert!(l.p50 >= 300_000.0, "{l:?}");
+        assert!(l.mean >= 300_000.0, "{l:?}");
     }
 }

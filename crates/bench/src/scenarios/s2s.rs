@@ -301,12 +301,15 @@ async fn run_client(sh: Arc<Shared>, id: usize, slot: Arc<ClientSlot>) {
     }
 }
 
-fn avg_ms(sum_ns: u128, n: u64) -> f64 {
-    if n == 0 {
-        -1.0
-    } else {
-        sum_ns as f64 / n as f64 / 1e6
-    }
+/// The average in ms of `n` durations summing to `sum_ns`; `None` when
+/// nothing completed (printed "-", `null` in JSON — never a figure).
+fn avg_ms(sum_ns: u128, n: u64) -> Option<f64> {
+    (n > 0).then(|| sum_ns as f64 / n as f64 / 1e6)
+}
+
+/// An average with `decimals`, or "-" when there is none.
+fn avg_text(avg: Option<f64>, decimals: usize) -> String {
+    avg.map_or_else(|| "-".to_owned(), |v| format!("{v:.decimals$}"))
 }
 
 fn ms(s: Option<&LatencySummary>) -> String {
@@ -406,7 +409,7 @@ async fn measure(args: &S2sArgs) -> anyhow::Result<(Report, String)> {
     let duration = end - t0;
     progress.finish();
     let client = client_sampler.finish();
-    let server = target.finish();
+    let server = target.finish()?;
 
     // Every transaction that was due counts: one that failed, or never
     // completed before the run ended, is late, its latency the whole time
@@ -455,21 +458,23 @@ async fn measure(args: &S2sArgs) -> anyhow::Result<(Report, String)> {
         for (id, l) in lines.iter().enumerate() {
             writeln!(
                 f,
-                "{id},{},{},{},{:.3},{:.3},{:.3},{:.3}",
+                "{id},{},{},{},{},{},{},{}",
                 args.tx,
                 l.ok,
                 l.failed + l.unfinished,
-                avg_ms(l.sums_ns[0], l.ok),
-                avg_ms(l.sums_ns[1], l.ok),
-                avg_ms(l.sums_ns[2], l.ok),
-                avg_ms(l.sums_ns[3], l.ok)
+                avg_text(avg_ms(l.sums_ns[0], l.ok), 3),
+                avg_text(avg_ms(l.sums_ns[1], l.ok), 3),
+                avg_text(avg_ms(l.sums_ns[2], l.ok), 3),
+                avg_text(avg_ms(l.sums_ns[3], l.ok), 3)
             )?;
         }
     }
-    let avgs: Vec<f64> = (0..4).map(|i| avg_ms(sums[i], ok)).collect();
+    let avgs: Vec<Option<f64>> = (0..4).map(|i| avg_ms(sums[i], ok)).collect();
+    let a0: Vec<String> = avgs.iter().map(|a| avg_text(*a, 0)).collect();
+    let a3: Vec<String> = avgs.iter().map(|a| avg_text(*a, 3)).collect();
     let summary_line = format!(
-        "numOfClient={}, numOfTx={}, numOfPacketsPerTx={}, txIntervalMillis={}, totalSuccessfulTx={ok}, totalFailureTx={}, avgCreateTxMillis={:.0}, avgSendMillis={:.0}, avgConfirmMillis={:.0}, avgCompleteMillis={:.0}\n",
-        args.clients, args.tx, args.packets, args.interval_ms, failed + late, avgs[0], avgs[1], avgs[2], avgs[3]
+        "numOfClient={}, numOfTx={}, numOfPacketsPerTx={}, txIntervalMillis={}, totalSuccessfulTx={ok}, totalFailureTx={}, avgCreateTxMillis={}, avgSendMillis={}, avgConfirmMillis={}, avgCompleteMillis={}\n",
+        args.clients, args.tx, args.packets, args.interval_ms, failed + late, a0[0], a0[1], a0[2], a0[3]
     );
     let mut human = summary_line.clone();
     human.push_str(&format!(
@@ -477,8 +482,8 @@ async fn measure(args: &S2sArgs) -> anyhow::Result<(Report, String)> {
         if stopped_at_deadline { "; stopped at the deadline" } else { "" }
     ));
     human.push_str(&format!(
-        "avg ms: create {:.3}  send {:.3}  confirm {:.3}  complete {:.3}\n",
-        avgs[0], avgs[1], avgs[2], avgs[3]
+        "avg ms: create {}  send {}  confirm {}  complete {}\n",
+        a3[0], a3[1], a3[2], a3[3]
     ));
     human.push_str("phase (ms)      mean       p50       p99       max\n");
     let mut phase_json = serde_json::Map::new();
@@ -583,7 +588,21 @@ mod tests {
         let l = report.latency_us.expect("late transactions recorded");
         assert!(l.max >= 700_000.0, "{l:?}");
         assert_eq!(report.offered_rate.map(|r| r.round()), Some(19.0), "{v}");
-        assert_eq!(report.rate, 0.0);
+        assert_eq!(report.rate, Some(0.0));
+        // No transaction completed: no average of any phase, never -1.
+        for k in [
+            "avgCreateTxMillis",
+            "avgSendMillis",
+            "avgConfirmMillis",
+            "avgCompleteMillis",
+        ] {
+            assert!(v["extra"][k].is_null(), "{k} in {v}");
+        }
+        assert!(
+            human.contains("avgCreateTxMillis=-, avgSendMillis=-"),
+            "{human}"
+        );
+        assert!(!human.contains("-1"), "{human}");
         assert!(report.measured_nothing().is_some());
         assert!(human.contains("transactions due 6"), "{human}");
     }

@@ -140,9 +140,19 @@ impl Cluster {
     }
 
     /// Stops every node; returns their summed CPU (% of one core) and
-    /// summed peak RSS.
-    pub fn stop(mut self) -> ProcessStats {
-        self.stop_all()
+    /// summed peak RSS. Fails, naming its exit status, if a node had
+    /// already exited before it was asked to stop (it died during the run).
+    pub fn stop(mut self) -> anyhow::Result<ProcessStats> {
+        let mut died = Ok(());
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            let what = format!("node {i} (`tidegate serve` on {})", self.addrs[i]);
+            if let Err(e) = crate::server::exited_early(&mut node.child, &what) {
+                died = died.and(Err(e));
+            }
+        }
+        let stats = self.stop_all();
+        died?;
+        Ok(stats)
     }
 
     fn stop_all(&mut self) -> ProcessStats {

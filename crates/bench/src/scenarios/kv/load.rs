@@ -11,14 +11,19 @@
 //! *due* time. A server that stalls therefore shows the whole stall in the
 //! percentiles, for every request that queued behind it, instead of
 //! slowing the schedule down. A request whose connection queue is full
-//! (the server is far behind) is dropped and counted — never silently
-//! skipped.
+//! (the server is far behind) is dropped and counted (`dropped_by_client`);
+//! one still queued when the window ended is not sent and counted
+//! (`unsent_due`) — never silently skipped. Both are late, not missing:
+//! when due in the window, each is recorded with its latency from its due
+//! time to the end of the run.
 //!
 //! The measured window is `[start + warmup, start + warmup + duration)`:
 //! requests due in it are counted due; those written before the window's
 //! end are counted sent; those answered with the expected status (by the
-//! end of the run: at most `timeout` later) are counted delivered, and
-//! their latencies are recorded. Nothing is sent after the window's end.
+//! end of the run: at most `timeout` later) are counted delivered. The
+//! latencies of the window's answered requests are recorded, and of its
+//! dropped and unsent ones as above. Nothing is sent after the window's
+//! end.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -94,9 +99,11 @@ pub struct LoadOutcome {
     pub sent: u64,
     /// Answers over the whole run (any status).
     pub received: u64,
-    /// Errors by kind (`status_404`, `timeout`, `connection`, `dropped_by_client`…).
+    /// Errors by kind (`status_404`, `timeout`, `connection`,
+    /// `dropped_by_client`, `unsent_due`…).
     pub errors: BTreeMap<String, u64>,
-    /// Latencies of the window's answered requests (from their due time).
+    /// Latencies of the window's answered requests (from their due time),
+    /// and of its dropped and unsent ones (up to the end of the run).
     pub latency: LatencyRecorder,
     /// Worst delay between a request's due time and its write.
     pub max_send_lag: Duration,
@@ -124,6 +131,9 @@ struct ConnStats {
     delivered_window: u64,
     errors: BTreeMap<String, u64>,
     latency: LatencyRecorder,
+    /// The window's requests never sent, each recorded from its due time
+    /// to the window's end (carried to the run's end once it is known).
+    late: LatencyRecorder,
     max_send_lag: Duration,
 }
 
@@ -236,12 +246,19 @@ pub async fn run(spec: &LoadSpec, progress: &Arc<Progress>) -> anyhow::Result<Lo
         for t in tasks {
             stats.push(t.await?);
         }
-        let (due, dropped) = pacer
+        let (due, dropped, mut late) = pacer
             .join()
             .map_err(|_| anyhow::anyhow!("the pacer thread panicked"))?;
         for s in stats {
+            late.merge(&s.late);
             outcome.merge(s);
         }
+        // Dropped and unsent requests were recorded up to the window's
+        // end; the run ends now, and none of them was answered by then.
+        let run_end = Instant::now();
+        outcome
+            .latency
+            .merge_shifted(&late, run_end.saturating_duration_since(end));
         outcome.window.due = Some(due);
         if dropped > 0 {
             outcome.errors.insert("dropped_by_client".into(), dropped);
@@ -252,14 +269,16 @@ pub async fn run(spec: &LoadSpec, progress: &Arc<Progress>) -> anyhow::Result<Lo
 }
 
 /// Hands each request to its connection's queue when it falls due; returns
-/// (requests due in the window, requests dropped because a queue was full).
+/// (requests due in the window, requests dropped because a queue was full,
+/// the latencies of the window's dropped requests up to the window's end).
 fn pace(
     senders: Vec<mpsc::Sender<(u64, Instant)>>,
     schedule: Schedule,
     window_start: Instant,
     end: Instant,
-) -> (u64, u64) {
+) -> (u64, u64, LatencyRecorder) {
     let (mut n, mut due_in_window, mut dropped) = (0u64, 0u64, 0u64);
+    let mut late = LatencyRecorder::default();
     let conns = senders.len() as u64;
     let mut woke = Instant::now();
     loop {
@@ -288,11 +307,14 @@ fn pace(
             }
             if senders[(n % conns) as usize].try_send((n, due)).is_err() {
                 dropped += 1;
+                if due >= window_start {
+                    late.record(end.saturating_duration_since(due));
+                }
             }
             n += 1;
         }
     }
-    (due_in_window, dropped)
+    (due_in_window, dropped, late)
 }
 
 /// One connection of the fixed-rate load.
@@ -309,7 +331,13 @@ async fn paced_conn(
     while let Some((n, due)) = rx.recv().await {
         let sent_at = Instant::now();
         if sent_at >= end {
-            // Due in time but not sent by the window's end: not sent.
+            // Due in time but not sent by the window's end: not sent,
+            // counted, and late (its latency runs to the end of the run).
+            stats.error("unsent_due");
+            progress.errors.fetch_add(1, Ordering::Relaxed);
+            if due >= window_start {
+                stats.late.record(end.saturating_duration_since(due));
+            }
             continue;
         }
         stats.max_send_lag = stats
@@ -467,4 +495,75 @@ pub async fn fill(
     }
     out.seconds = t0.elapsed().as_secs_f64();
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenarios::kv::request::Op;
+
+    fn spec(addr: SocketAddr, rate: u64, duration: Duration, timeout: Duration) -> LoadSpec {
+        LoadSpec {
+            addrs: vec![addr],
+            rate,
+            connections: 1,
+            warmup: Duration::ZERO,
+            duration,
+            timeout,
+            plan: RequestPlan {
+                op: Op::Put,
+                value_bytes: 16,
+                keys: 100,
+                offset: 0,
+                query: String::new(),
+                host: addr.to_string(),
+            },
+            expect: Expect::KV,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn requests_never_sent_by_the_windows_end_are_counted_and_late() {
+        // Accepts and never answers: request 0 waits out its 1 s timeout,
+        // the rest of the half-second window queues behind it.
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = l.accept().await {
+                held.push(s);
+            }
+        });
+        let s = spec(
+            addr,
+            200,
+            Duration::from_millis(500),
+            Duration::from_secs(1),
+        );
+        let o = run(&s, &Progress::start("test")).await.unwrap();
+        let due = o.window.due.unwrap();
+        assert!((99..=101).contains(&due), "{due}");
+        assert_eq!(o.errors["timeout"], 1, "{:?}", o.errors);
+        assert_eq!(o.errors["unsent_due"], due - 1, "{:?}", o.errors);
+        assert_eq!(o.window.delivered, 0);
+        // Every unsent one is in the histogram, from its due time (within
+        // the first 0.5 s) to the end of the run (after the 1 s timeout).
+        assert_eq!(o.latency.count(), due - 1);
+        let l = o.latency.summary_us().unwrap();
+        assert!(l.p50 >= 500_000.0 && l.max < 3_000_000.0, "{l:?}");
+    }
+
+    #[test]
+    fn requests_dropped_on_a_full_queue_are_recorded_late() {
+        // One connection whose queue nobody reads: past CONN_QUEUE
+        // requests, every due one is dropped.
+        let (tx, _rx) = mpsc::channel(CONN_QUEUE);
+        let start = Instant::now();
+        let end = start + Duration::from_millis(20);
+        let (due, dropped, late) = pace(vec![tx], Schedule::new(start, 1e6), start, end);
+        assert!(due > CONN_QUEUE as u64, "{due}");
+        assert_eq!(dropped, due - CONN_QUEUE as u64);
+        assert_eq!(late.count(), dropped);
+        assert!(late.summary_us().unwrap().max <= 20_000.0);
+    }
 }

@@ -396,12 +396,13 @@ pub async fn run(args: &KvArgs) -> anyhow::Result<()> {
     let measured = measure("kv", args, &base, &progress).await;
     let disk_after = cluster.as_ref().map(Cluster::disk_bytes);
     let server = match cluster {
-        Some(c) => tokio::task::spawn_blocking(move || c.stop()).await?,
+        Some(c) => tokio::task::spawn_blocking(move || c.stop()).await??,
         None => ProcessStats::default(),
     };
     let (mut rows, outcome, best_rate) = measured?;
 
     let mut anchor_json = serde_json::Value::Null;
+    let mut anchor_failure = None;
     if let Some(Anchor::Nginx) = args.anchor {
         let workers = args.nginx_workers;
         let nginx = tokio::task::spawn_blocking(move || nginx::Nginx::start(workers)).await??;
@@ -413,11 +414,18 @@ pub async fn run(args: &KvArgs) -> anyhow::Result<()> {
         let stats = tokio::task::spawn_blocking(move || nginx.stop()).await?;
         let (arows, aout, abest) = measured.context("the nginx anchor")?;
         let arow = row("nginx", &aout);
+        // An anchor that measured nothing is no anchor: no ratio, and the
+        // run fails (after printing what it has).
+        anchor_failure = measured_nothing("kv nginx anchor", &aout);
         let kv_rate = best_rate.map_or(
             outcome.window.delivered as f64 / outcome.window.seconds.max(1e-9),
             |r| r as f64,
         );
         let anchor_rate = abest.map_or(arow.rate, |r| r as f64);
+        let rate_ratio = match anchor_failure {
+            None => Some(kv_rate / anchor_rate.max(1e-9)),
+            Some(_) => None,
+        };
         anchor_json = serde_json::json!({
             "name": "nginx return 200",
             "workers": if workers == 0 { "auto".to_owned() } else { workers.to_string() },
@@ -426,7 +434,8 @@ pub async fn run(args: &KvArgs) -> anyhow::Result<()> {
             "latency_us": arow.latency_us,
             "errors": aout.errors,
             "server": stats,
-            "rate_ratio": kv_rate / anchor_rate.max(1e-9),
+            "rate_ratio": rate_ratio,
+            "failure": anchor_failure,
         });
         rows.extend(arows);
     }
@@ -501,12 +510,49 @@ pub async fn run(args: &KvArgs) -> anyhow::Result<()> {
     if let Some(r) = anchor_json.get("rate_ratio").and_then(|v| v.as_f64()) {
         human.push_str(&format!("kv rate / nginx rate: {:.2}\n", r));
     }
-    report.emit(args.common.json, &human)
+    if let Some(why) = &anchor_failure {
+        human.push_str(&format!("kv rate / nginx rate: - ({why})\n"));
+    }
+    report.emit(args.common.json, &human)?;
+    match anchor_failure {
+        Some(why) => anyhow::bail!("{why}"),
+        None => Ok(()),
+    }
+}
+
+/// Why a load measured nothing (the common report's check: nothing
+/// delivered in the window, or no latency recorded), if it did not.
+fn measured_nothing(name: &str, o: &LoadOutcome) -> Option<String> {
+    let mut r = Report::new(name, "request", serde_json::Value::Null);
+    r.set_window(o.window);
+    r.latency_expected = true;
+    r.latency_us = o.latency.summary_us();
+    r.measured_nothing()
+        .map(|why| format!("{name} measured nothing: {why}"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_anchor_that_delivered_nothing_is_caught() {
+        let mut o = LoadOutcome {
+            window: crate::Window {
+                seconds: 1.0,
+                due: Some(100),
+                sent: 100,
+                delivered: 0,
+            },
+            ..Default::default()
+        };
+        let why = measured_nothing("kv nginx anchor", &o).unwrap();
+        assert!(why.contains("kv nginx anchor measured nothing"), "{why}");
+        assert!(why.contains("no request was delivered"), "{why}");
+        o.window.delivered = 100;
+        o.latency.record_ns(1_000);
+        assert_eq!(measured_nothing("kv nginx anchor", &o), None);
+    }
 
     #[test]
     fn byte_counts_take_decimal_suffixes() {

@@ -30,19 +30,21 @@ pub struct IdleOutcome {
     pub failed: usize,
     /// Seconds to open them all.
     pub open_s: f64,
-    /// Server RSS before, KiB.
-    pub rss_before_kb: u64,
-    /// Server RSS with every session held, KiB.
-    pub rss_after_kb: u64,
+    /// Server RSS before, KiB (`None`: not visible from here — an external
+    /// `--target` — or not readable).
+    pub rss_before_kb: Option<u64>,
+    /// Server RSS with every session held, KiB (`None` as above).
+    pub rss_after_kb: Option<u64>,
     /// Time to open and subscribe each session.
     pub open_latency: LatencyRecorder,
 }
 
 impl IdleOutcome {
-    /// KiB of server memory per held session.
+    /// KiB of server memory per held session (`None` when no session was
+    /// held or the server's memory was not read).
     pub fn kib_per_session(&self) -> Option<f64> {
-        (self.held > 0)
-            .then(|| self.rss_after_kb.saturating_sub(self.rss_before_kb) as f64 / self.held as f64)
+        let (before, after) = (self.rss_before_kb?, self.rss_after_kb?);
+        (self.held > 0).then(|| after.saturating_sub(before) as f64 / self.held as f64)
     }
 }
 
@@ -93,7 +95,7 @@ pub async fn run(
     // (the first session's buffers, the runtime's) is not charged to all.
     let warm = open_one(transport, server, n + 1).await.ok();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    out.rss_before_kb = pid.and_then(rss_kb).unwrap_or(0);
+    out.rss_before_kb = pid.and_then(rss_kb);
     let permits = Arc::new(Semaphore::new(CONNECT_CONCURRENCY));
     let t0 = Instant::now();
     let tasks: Vec<_> = (0..n)
@@ -119,9 +121,28 @@ pub async fn run(
     }
     out.open_s = t0.elapsed().as_secs_f64();
     tokio::time::sleep(SETTLE).await;
-    out.rss_after_kb = pid.and_then(rss_kb).unwrap_or(0);
+    out.rss_after_kb = pid.and_then(rss_kb);
     out.held = held.len();
     drop(held);
     drop(warm);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_per_session_is_none_when_the_server_was_not_read() {
+        let mut o = IdleOutcome {
+            held: 10,
+            ..Default::default()
+        };
+        assert_eq!(o.kib_per_session(), None);
+        o.rss_before_kb = Some(1_000);
+        o.rss_after_kb = Some(1_500);
+        assert_eq!(o.kib_per_session(), Some(50.0));
+        o.held = 0;
+        assert_eq!(o.kib_per_session(), None);
+    }
 }

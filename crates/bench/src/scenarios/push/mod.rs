@@ -268,20 +268,14 @@ struct Side {
 }
 
 impl Side {
-    fn rate(&self) -> f64 {
-        if self.out.window_s > 0.0 {
-            self.out.delivered as f64 / self.out.window_s
-        } else {
-            0.0
-        }
+    /// Deliveries per second; `None` for an empty window (nothing
+    /// delivered), never a rate of 0 from no time at all.
+    fn rate(&self) -> Option<f64> {
+        (self.out.window_s > 0.0).then(|| self.out.delivered as f64 / self.out.window_s)
     }
 
-    fn gbps(&self, bytes: f64) -> f64 {
-        if self.out.window_s > 0.0 {
-            bytes * 8.0 / self.out.window_s / 1e9
-        } else {
-            0.0
-        }
+    fn gbps(&self, bytes: f64) -> Option<f64> {
+        (self.out.window_s > 0.0).then(|| bytes * 8.0 / self.out.window_s / 1e9)
     }
 
     fn json(&self, msg_bytes: usize) -> serde_json::Value {
@@ -320,7 +314,7 @@ async fn fanout_report(args: &PushArgs) -> anyhow::Result<(Report, String)> {
     let target = Target::resolve(&args.common, &tidegate_toml(args))?;
     let addr = target.addr(|a| a.http);
     let run = fanout_side(args, addr, "push tidegate").await;
-    let server = target.finish();
+    let server = target.finish()?;
     let (out, client) = run?;
     let tide = Side {
         out,
@@ -362,7 +356,7 @@ async fn fanout_report(args: &PushArgs) -> anyhow::Result<(Report, String)> {
     if let Some(a) = &anchor {
         extra["anchor"] = json!({"name": "socket.io (npm)", "result": a.json(args.msg_bytes)});
         extra["ratio_vs_anchor"] = json!({
-            "msgs_per_s": ratio(tide.rate(), a.rate()),
+            "msgs_per_s": tide.rate().zip(a.rate()).and_then(|(t, a)| ratio(t, a)),
             "subscribe_s": ratio(a.out.subscribe_s, tide.out.subscribe_s),
         });
     }
@@ -379,6 +373,13 @@ async fn fanout_report(args: &PushArgs) -> anyhow::Result<(Report, String)> {
 
 fn ratio(a: f64, b: f64) -> Option<f64> {
     (b > 0.0).then(|| a / b)
+}
+
+/// `value` with `decimals`, or "-" when there is none.
+fn or_dash(value: Option<f64>, decimals: usize) -> String {
+    value
+        .map(|v| format!("{v:.decimals$}"))
+        .unwrap_or_else(|| "-".into())
 }
 
 /// `value` with no decimals, or "-" for a process that was not sampled.
@@ -425,7 +426,7 @@ fn fanout_table(args: &PushArgs, plan: &load::Plan, t: &Side, a: Option<&Side>) 
     type Row<'a> = (
         &'a str,
         Box<dyn Fn(&Side) -> String>,
-        Option<Box<dyn Fn(&Side) -> f64>>,
+        Option<Box<dyn Fn(&Side) -> Option<f64>>>,
     );
     let mb = args.msg_bytes as f64;
     let rows: Vec<Row> = vec![
@@ -461,17 +462,17 @@ fn fanout_table(args: &PushArgs, plan: &load::Plan, t: &Side, a: Option<&Side>) 
         ),
         (
             "Total ms/sec (delivered/s)",
-            Box::new(|x: &Side| format!("{:.0}", x.rate())),
+            Box::new(|x: &Side| or_dash(x.rate(), 0)),
             Some(Box::new(|x: &Side| x.rate())),
         ),
         (
             "Gb/s payload",
-            Box::new(move |x: &Side| format!("{:.2}", x.gbps(x.out.delivered as f64 * mb))),
+            Box::new(move |x: &Side| or_dash(x.gbps(x.out.delivered as f64 * mb), 2)),
             None,
         ),
         (
             "Gb/s on the wire",
-            Box::new(|x: &Side| format!("{:.2}", x.gbps(x.out.wire_bytes as f64))),
+            Box::new(|x: &Side| or_dash(x.gbps(x.out.wire_bytes as f64), 2)),
             None,
         ),
         (
@@ -506,7 +507,7 @@ fn fanout_table(args: &PushArgs, plan: &load::Plan, t: &Side, a: Option<&Side>) 
         ),
         (
             "client cpu avg (%)",
-            Box::new(|x: &Side| format!("{:.0}", x.client.cpu_pct_avg)),
+            Box::new(|x: &Side| if_measured(&x.client, x.client.cpu_pct_avg)),
             None,
         ),
     ];
@@ -516,7 +517,7 @@ fn fanout_table(args: &PushArgs, plan: &load::Plan, t: &Side, a: Option<&Side>) 
             s.push_str(&format!("{:>18}", f(side)));
         }
         if let (Some(a), Some(r)) = (a, r) {
-            match ratio(r(t), r(a)) {
+            match r(t).zip(r(a)).and_then(|(t, a)| ratio(t, a)) {
                 Some(x) => s.push_str(&format!("{:>11.2}x", x)),
                 None => s.push_str(&format!("{:>12}", "-")),
             }
@@ -562,7 +563,7 @@ async fn idle_report(args: &PushArgs) -> anyhow::Result<(Report, String)> {
     let client = Sampler::start_self(Duration::from_secs(1));
     let t = idle_side(args, addr, pid).await;
     let client = client.finish();
-    let server = target.finish();
+    let server = target.finish()?;
     let anchor = match args.anchor {
         Some(Anchor::Socketio) => {
             let a = anchor::SocketIoAnchor::spawn(&anchor_dir(args))?;
@@ -603,20 +604,17 @@ async fn idle_report(args: &PushArgs) -> anyhow::Result<(Report, String)> {
             .map(|k| format!("{k:.1}"))
             .unwrap_or_else(|| "-".into())
     };
+    // MiB, or "-" for a server whose memory was not read (external --target).
+    let mib = |kb: Option<u64>| {
+        kb.map(|kb| format!("{:.1}", kb as f64 / 1024.0))
+            .unwrap_or_else(|| "-".into())
+    };
     let mut rows: Vec<(&str, String, Option<String>)> = vec![
         ("sessions held", t.held.to_string(), None),
         ("failed", t.failed.to_string(), None),
         ("open time (s)", format!("{:.2}", t.open_s), None),
-        (
-            "server rss before (MiB)",
-            format!("{:.1}", t.rss_before_kb as f64 / 1024.0),
-            None,
-        ),
-        (
-            "server rss held (MiB)",
-            format!("{:.1}", t.rss_after_kb as f64 / 1024.0),
-            None,
-        ),
+        ("server rss before (MiB)", mib(t.rss_before_kb), None),
+        ("server rss held (MiB)", mib(t.rss_after_kb), None),
         ("KiB per idle session", kib(&t), None),
     ];
     if let Some((a, a_server)) = &anchor {
@@ -624,8 +622,8 @@ async fn idle_report(args: &PushArgs) -> anyhow::Result<(Report, String)> {
             a.held.to_string(),
             a.failed.to_string(),
             format!("{:.2}", a.open_s),
-            format!("{:.1}", a.rss_before_kb as f64 / 1024.0),
-            format!("{:.1}", a.rss_after_kb as f64 / 1024.0),
+            mib(a.rss_before_kb),
+            mib(a.rss_after_kb),
             kib(a),
         ];
         for (row, v) in rows.iter_mut().zip(vals) {
