@@ -9,12 +9,14 @@ pub fn first_unknown(input: &toml::Value, parsed: &toml::Value) -> Option<String
     walk(input, parsed, "")
 }
 
+/// An empty list, which a known key may drop when written out (its field
+/// is skipped when empty). A table is never "empty" here: every known
+/// table is written out (an empty `[sinks.kafka.properties]` too, and an
+/// empty `[kv]` or `[cluster]` turns the section on with its defaults), so
+/// an empty table that does not come back is a misspelt one — `[clustr]`
+/// would otherwise leave cluster mode off without a word.
 fn is_empty(v: &toml::Value) -> bool {
-    match v {
-        toml::Value::Array(a) => a.is_empty(),
-        toml::Value::Table(t) => t.values().all(is_empty),
-        _ => false,
-    }
+    matches!(v, toml::Value::Array(a) if a.is_empty())
 }
 
 fn walk(input: &toml::Value, parsed: &toml::Value, at: &str) -> Option<String> {
@@ -32,7 +34,7 @@ fn walk(input: &toml::Value, parsed: &toml::Value, at: &str) -> Option<String> {
                             return Some(u);
                         }
                     }
-                    // Empty lists and tables are skipped when written out.
+                    // Empty lists are skipped when written out.
                     None if is_empty(v) => {}
                     None => return Some(path),
                 }
@@ -69,5 +71,11 @@ mod tests {
         let input: toml::Value = toml::from_str("[wire]\nallow = []\n").unwrap();
         let parsed: toml::Value = toml::from_str("[wire]\nx = 1\n").unwrap();
         assert_eq!(first_unknown(&input, &parsed), None);
+        // A misspelt section stays unknown even when empty.
+        let input: toml::Value = toml::from_str("[clustr]\n[wire]\n").unwrap();
+        let parsed: toml::Value = toml::from_str("[wire]\nx = 1\n").unwrap();
+        assert_eq!(first_unknown(&input, &parsed).as_deref(), Some("clustr"));
+        let input: toml::Value = toml::from_str("[wire.tlss]\n").unwrap();
+        assert_eq!(first_unknown(&input, &parsed).as_deref(), Some("wire.tlss"));
     }
 }
