@@ -4,11 +4,13 @@
 //! answers (and its preflight `OPTIONS` answered), an unlisted one is
 //! refused with 403 and the reason. An empty list checks nothing and adds
 //! no header; a request without `Origin` does not come from a page and is
-//! let through.
+//! let through, and so is one from a page of this server itself (its
+//! `Origin` names the request's own `Host`: the dashboard at `/`), which
+//! needs no CORS header.
 
 use axum::http::header::{
     ACCESS_CONTROL_ALLOW_CREDENTIALS, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
-    ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_REQUEST_HEADERS, CONTENT_TYPE, ORIGIN, VARY,
+    ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_REQUEST_HEADERS, CONTENT_TYPE, HOST, ORIGIN, VARY,
 };
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -31,6 +33,9 @@ pub fn check(
     let Some(origin) = headers.get(ORIGIN) else {
         return Ok(None);
     };
+    if same_origin(origin, headers.get(HOST)) {
+        return Ok(None);
+    }
     let allowed = origin.len() <= MAX_ORIGIN_LEN
         && origin.to_str().is_ok_and(|o| {
             config
@@ -46,6 +51,18 @@ pub fn check(
             "origin {shown} is not in [push] allowed_origins"
         )))
     }
+}
+
+/// Whether `origin` (`scheme://host[:port]`) names the server the request
+/// was sent to (`Host`): a page this server served, such as the dashboard.
+fn same_origin(origin: &HeaderValue, host: Option<&HeaderValue>) -> bool {
+    let (Ok(origin), Some(Ok(host))) = (origin.to_str(), host.map(HeaderValue::to_str)) else {
+        return false;
+    };
+    let authority = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"));
+    authority.is_some_and(|a| !host.is_empty() && a.eq_ignore_ascii_case(host))
 }
 
 /// An origin not allowed: answered 403 `{"code":4,"message":"Forbidden",
@@ -101,6 +118,23 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(ORIGIN, HeaderValue::from_str(o).unwrap());
         h
+    }
+
+    #[test]
+    fn a_page_of_this_server_passes_whatever_the_list() {
+        let c = PushConfig {
+            allowed_origins: vec!["https://app.example".into()],
+            ..PushConfig::default()
+        };
+        let mut h = with_origin("http://127.0.0.1:8080");
+        h.insert(HOST, HeaderValue::from_static("127.0.0.1:8080"));
+        assert_eq!(check(&c, &h).unwrap(), None);
+        // Another port, or a Host that only contains it, is another origin.
+        h.insert(HOST, HeaderValue::from_static("127.0.0.1:8081"));
+        assert!(check(&c, &h).is_err());
+        let mut h = with_origin("http://127.0.0.1:8080.evil");
+        h.insert(HOST, HeaderValue::from_static("127.0.0.1:8080"));
+        assert!(check(&c, &h).is_err());
     }
 
     #[test]
