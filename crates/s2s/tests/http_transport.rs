@@ -12,42 +12,12 @@ mod common;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use common::{start, test_config, wait_until};
-use tidegate_hub::{Hub, InflightBudget, Message, RouteTable, SharedMessage, Subscriber};
+use common::{at_least, next, start, test_config, wait_until};
+use tidegate_hub::{Hub, InflightBudget, Message, RouteTable};
 use tidegate_s2s::client::{discover, HttpS2sClient};
 use tidegate_s2s::codec::{encode_compressed, encode_packet, DataPacket};
 
 const T: Duration = Duration::from_secs(5);
-
-/// How long a test waits for a message it expects to be published.
-const WAIT: Duration = Duration::from_secs(10);
-
-/// The next message on `sub` (at most [`WAIT`]); `what` names it if it
-/// does not arrive.
-async fn next(sub: &Subscriber, what: &str) -> SharedMessage {
-    tokio::time::timeout(WAIT, sub.recv())
-        .await
-        .unwrap_or_else(|_| panic!("{what} was not published within {WAIT:?}"))
-        .unwrap()
-}
-
-/// At least `n` messages from `sub` (at most [`WAIT`]).
-async fn at_least(sub: &Subscriber, n: usize) -> Vec<SharedMessage> {
-    let mut got = Vec::new();
-    tokio::time::timeout(WAIT, async {
-        while got.len() < n {
-            sub.recv_many(&mut got, 10).await.unwrap();
-        }
-    })
-    .await
-    .unwrap_or_else(|_| {
-        panic!(
-            "only {} of {n} messages published within {WAIT:?}",
-            got.len()
-        )
-    });
-    got
-}
 
 fn pkt(content: &[u8]) -> DataPacket {
     DataPacket {

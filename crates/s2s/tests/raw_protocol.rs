@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use common::{start, test_config};
+use common::{at_least, next, start, test_config};
 use parking_lot::Mutex;
 use tidegate_hub::{
-    AckToken, Hub, Message, RouteConfig, RouteTable, SharedMessage, Sink, SinkFuture, Subscriber,
+    AckToken, Hub, Message, RouteConfig, RouteTable, SharedMessage, Sink, SinkFuture,
 };
 use tidegate_s2s::client::{ClientError, ClientOptions, RawClient};
 use tidegate_s2s::codec::{
@@ -22,36 +22,6 @@ use tidegate_s2s::codec::{
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-/// How long a test waits for a message it expects to be published.
-const WAIT: Duration = Duration::from_secs(10);
-
-/// The next message on `sub` (at most [`WAIT`]); `what` names it if it
-/// does not arrive.
-async fn next(sub: &Subscriber, what: &str) -> SharedMessage {
-    tokio::time::timeout(WAIT, sub.recv())
-        .await
-        .unwrap_or_else(|_| panic!("{what} was not published within {WAIT:?}"))
-        .unwrap()
-}
-
-/// At least `n` messages from `sub` (at most [`WAIT`]).
-async fn at_least(sub: &Subscriber, n: usize) -> Vec<SharedMessage> {
-    let mut got = Vec::new();
-    tokio::time::timeout(WAIT, async {
-        while got.len() < n {
-            sub.recv_many(&mut got, 10).await.unwrap();
-        }
-    })
-    .await
-    .unwrap_or_else(|_| {
-        panic!(
-            "only {} of {n} messages published within {WAIT:?}",
-            got.len()
-        )
-    });
-    got
-}
 
 fn port_id(name: &str) -> String {
     tidegate_s2s::PortConfig::new(name, "x").resolved_id()

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use tidegate_hub::Hub;
+use tidegate_hub::{Hub, SharedMessage, Subscriber};
 use tidegate_listener::ListenerConfig;
 use tidegate_s2s::{PortConfig, S2sConfig, S2sPorts, S2sServer};
 use tokio::io::AsyncBufReadExt;
@@ -216,4 +216,34 @@ pub async fn closed_within(s: &mut tokio::net::TcpStream, limit: Duration) -> Op
         Ok(_) => Some(start.elapsed()),
         Err(_) => None,
     }
+}
+
+/// How long a test waits for a message it expects to be published.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// The next message on `sub` (at most [`WAIT`]); `what` names it if it
+/// does not arrive.
+pub async fn next(sub: &Subscriber, what: &str) -> SharedMessage {
+    tokio::time::timeout(WAIT, sub.recv())
+        .await
+        .unwrap_or_else(|_| panic!("{what} was not published within {WAIT:?}"))
+        .unwrap()
+}
+
+/// At least `n` messages from `sub` (at most [`WAIT`]).
+pub async fn at_least(sub: &Subscriber, n: usize) -> Vec<SharedMessage> {
+    let mut got = Vec::new();
+    tokio::time::timeout(WAIT, async {
+        while got.len() < n {
+            sub.recv_many(&mut got, 10).await.unwrap();
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "only {} of {n} messages published within {WAIT:?}",
+            got.len()
+        )
+    });
+    got
 }
