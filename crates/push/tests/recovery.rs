@@ -12,7 +12,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{js_peer, Server};
+use common::{js_peer, next_json, pid_of, Server, Ws};
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tidegate_hub::Message as HubMessage;
@@ -118,24 +118,6 @@ async fn without_recovery_events_carry_no_offset_and_connect_no_pid() {
         .unwrap();
     let (_, body) = s.get("/socket.io/", &sid).await;
     assert_eq!(String::from_utf8(body).unwrap(), r#"42["n.x",1]"#);
-}
-
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-async fn next_json(ws: &mut Ws) -> Value {
-    loop {
-        let m = tokio::time::timeout(Duration::from_secs(5), ws.next())
-            .await
-            .expect("a frame within 5 s")
-            .expect("socket open")
-            .unwrap();
-        match m {
-            Message::Text(t) => return serde_json::from_str(&t).unwrap(),
-            Message::Ping(_) | Message::Pong(_) => continue,
-            other => panic!("unexpected {other:?}"),
-        }
-    }
 }
 
 async fn ws_connect(s: &Server) -> (Ws, String) {
@@ -313,13 +295,6 @@ async fn each_namespace_of_a_recovered_connection_gets_its_own_missed_events() {
     assert_eq!(v["recovered"], json!([true, true]), "{v}");
     assert_eq!(v["got"]["r"], json!([1, 2, 3, 4, 5]), "{v}");
     assert_eq!(v["got"]["q"], json!([1, 2, 3, 4, 5]), "{v}");
-}
-
-/// The pid in a CONNECT answer (`40…{"sid":…,"pid":…}`), if any.
-fn pid_of(answer: &str) -> Option<String> {
-    let json = &answer[answer.find('{')?..];
-    let v: Value = serde_json::from_str(json.split('\u{1e}').next()?).ok()?;
-    v["pid"].as_str().map(str::to_owned)
 }
 
 #[tokio::test]

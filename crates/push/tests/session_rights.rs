@@ -13,9 +13,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::Server;
-use futures::{SinkExt, StreamExt};
-use serde_json::{json, Value};
+use common::{next_json, pid_of, Server, Ws};
+use futures::SinkExt;
+use serde_json::json;
 use tidegate_hub::Message as HubMessage;
 use tidegate_push::auth::jwt::sign;
 use tidegate_push::config::AuthMode;
@@ -59,12 +59,6 @@ async fn get(s: &Server, sid: &str) -> String {
         .expect("a long-poll answer within 10 s");
     assert_eq!(status, 200);
     String::from_utf8(body).unwrap()
-}
-
-fn pid_of(answer: &str) -> Option<String> {
-    let json = &answer[answer.find('{')?..];
-    let v: Value = serde_json::from_str(json.split('\u{1e}').next()?).ok()?;
-    v["pid"].as_str().map(str::to_owned)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -154,24 +148,6 @@ async fn a_socket_io_session_recovered_with_a_narrower_token_keeps_only_what_it_
     let live = get(&s, &sid).await;
     assert!(live.starts_with(r#"42["c.x",2,"#), "{live}");
     assert!(!live.contains("a.x"), "live a.x: {live}");
-}
-
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-async fn next_json(ws: &mut Ws) -> Value {
-    loop {
-        let m = tokio::time::timeout(Duration::from_secs(5), ws.next())
-            .await
-            .expect("a frame within 5 s")
-            .expect("socket open")
-            .unwrap();
-        match m {
-            Message::Text(t) => return serde_json::from_str(&t).unwrap(),
-            Message::Ping(_) | Message::Pong(_) => continue,
-            other => panic!("unexpected {other:?}"),
-        }
-    }
 }
 
 /// A `/ws` connection with `token`, and its session id.

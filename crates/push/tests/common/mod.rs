@@ -155,3 +155,32 @@ pub fn fast_heartbeats() -> PushConfig {
         ..PushConfig::default()
     }
 }
+
+/// A websocket client stream (`/ws`, Engine.IO's websocket).
+pub type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// The next text frame as JSON, skipping pings and pongs (at most 5 s).
+pub async fn next_json(ws: &mut Ws) -> serde_json::Value {
+    use futures::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    loop {
+        let m = tokio::time::timeout(std::time::Duration::from_secs(5), ws.next())
+            .await
+            .expect("a frame within 5 s")
+            .expect("socket open")
+            .unwrap();
+        match m {
+            Message::Text(t) => return serde_json::from_str(&t).unwrap(),
+            Message::Ping(_) | Message::Pong(_) => continue,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+/// The pid in a Socket.IO CONNECT answer (`40…{"sid":…,"pid":…}`), if any.
+pub fn pid_of(answer: &str) -> Option<String> {
+    let json = &answer[answer.find('{')?..];
+    let v: serde_json::Value = serde_json::from_str(json.split('\u{1e}').next()?).ok()?;
+    v["pid"].as_str().map(str::to_owned)
+}
