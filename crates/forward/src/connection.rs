@@ -72,7 +72,7 @@ pub enum ConnectionError {
     /// A chunk's sinks failed it; it was not acked.
     #[error("chunk {chunk:?} not delivered: {error}")]
     Delivery {
-        /// The chunk id.
+        /// The chunk id (lossily, for the log).
         chunk: String,
         /// The first failure.
         error: DeliveryError,
@@ -133,7 +133,7 @@ pub struct ServerContext {
 
 /// A chunk whose wait for its sinks ended, with the budget its bytes hold.
 struct ChunkDone {
-    chunk: String,
+    chunk: Bytes,
     result: Result<(), ConnectionError>,
     permit: BudgetPermit,
 }
@@ -487,10 +487,12 @@ impl Session<'_> {
                     let result = match tokio::time::timeout(timeout, group.wait()).await {
                         Ok(Ok(())) => Ok(()),
                         Ok(Err(error)) => Err(ConnectionError::Delivery {
-                            chunk: chunk.clone(),
+                            chunk: String::from_utf8_lossy(&chunk).into_owned(),
                             error,
                         }),
-                        Err(_) => Err(ConnectionError::AckTimeout(chunk.clone())),
+                        Err(_) => Err(ConnectionError::AckTimeout(
+                            String::from_utf8_lossy(&chunk).into_owned(),
+                        )),
                     };
                     ChunkDone {
                         chunk,
@@ -516,7 +518,9 @@ impl Session<'_> {
         }
         self.ctx.counters.chunks_acked.inc();
         if self.decoder.syntax() == Syntax::Json {
-            self.out.extend_from_slice(&json_ack(&done.chunk));
+            // A JSON chunk id came from a JSON string: always UTF-8.
+            self.out
+                .extend_from_slice(&json_ack(&String::from_utf8_lossy(&done.chunk)));
         } else {
             write_ack(&mut self.out, &done.chunk);
         }

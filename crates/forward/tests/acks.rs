@@ -282,3 +282,41 @@ async fn delivered_chunks_are_acked_before_a_failed_one_closes_the_connection() 
         "the failed chunk must not be acked"
     );
 }
+
+/// A sink that acknowledges every message at once.
+struct AckingSink;
+
+impl Sink for AckingSink {
+    fn name(&self) -> &str {
+        "acking"
+    }
+    fn send(&self, _msg: SharedMessage, ack: AckToken) -> SinkFuture<'_> {
+        ack.succeed();
+        Box::pin(async {})
+    }
+}
+
+#[tokio::test]
+async fn a_chunk_id_that_is_not_utf8_comes_back_byte_for_byte() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let srv = start(hub_with(Arc::new(AckingSink)), config()).await;
+    let chunk: &[u8] = b"\xff\xfe\x00c1";
+    // Message mode: [tag, time, record, {"chunk": <str of `chunk`'s bytes>}].
+    let mut frame = vec![0x94, 0xa3, b'a', b'p', b'p', 0x01];
+    frame.extend_from_slice(&record(1));
+    frame.extend_from_slice(&[0x81, 0xa5, b'c', b'h', b'u', b'n', b'k', 0xa0 | 5]);
+    frame.extend_from_slice(chunk);
+    let mut s = tokio::net::TcpStream::connect(srv.addr).await.unwrap();
+    s.write_all(&frame).await.unwrap();
+    let mut expected = vec![0x81, 0xa3, b'a', b'c', b'k', 0xa0 | 5];
+    expected.extend_from_slice(chunk);
+    let mut reply = vec![0u8; expected.len()];
+    tokio::time::timeout(WAIT, s.read_exact(&mut reply))
+        .await
+        .expect("no ack in time")
+        .unwrap();
+    assert_eq!(
+        reply, expected,
+        "the ack must echo the chunk's bytes unchanged"
+    );
+}

@@ -63,7 +63,7 @@ fn message_mode_with_fixext_event_time_and_chunk() {
     let (frames, events) = decode_all(&b);
     assert_eq!(frames[0].kind, FrameKind::Events);
     assert_eq!(&frames[0].tag[..], b"app");
-    assert_eq!(frames[0].chunk.as_deref(), Some("c1"));
+    assert_eq!(frames[0].chunk.as_deref(), Some(b"c1".as_slice()));
     assert_eq!(
         events,
         vec![Event {
@@ -152,7 +152,7 @@ fn forward_mode_with_non_minimal_headers() {
     ]);
     let (frames, events) = decode_all(&b);
     assert_eq!(&frames[0].tag[..], b"app");
-    assert_eq!(frames[0].chunk.as_deref(), Some("c1"));
+    assert_eq!(frames[0].chunk.as_deref(), Some(b"c1".as_slice()));
     assert_eq!(events.len(), 2);
     assert!(events
         .iter()
@@ -190,7 +190,7 @@ fn packed_forward_as_str32_like_fluentd_and_fluency() {
     b.extend_from_slice(&entries);
     chunk_option(&mut b);
     let (frames, events) = decode_all(&b);
-    assert_eq!(frames[0].chunk.as_deref(), Some("c1"));
+    assert_eq!(frames[0].chunk.as_deref(), Some(b"c1".as_slice()));
     assert_eq!(events.len(), 2);
     assert!(events
         .iter()
@@ -236,7 +236,7 @@ fn compressed_packed_forward_with_two_gzip_members() {
         b'p',
     ]);
     let (frames, events) = decode_all(&b);
-    assert_eq!(frames[0].chunk.as_deref(), Some("c1"));
+    assert_eq!(frames[0].chunk.as_deref(), Some(b"c1".as_slice()));
     assert_eq!(events.len(), 2);
     assert!(events
         .iter()

@@ -121,7 +121,7 @@ proptest! {
         }
         prop_assert!(buf.is_empty());
         prop_assert!(frames.iter().all(|f| f.kind == FrameKind::Events && &f.tag[..] == tag.as_bytes()));
-        prop_assert!(frames.iter().all(|f| f.chunk == chunk));
+        prop_assert!(frames.iter().all(|f| f.chunk.as_deref() == chunk.as_deref().map(str::as_bytes)));
         prop_assert_eq!(events.len(), expect_records);
         for (ev, ((t, rec), (json, _, _))) in events.iter().zip(encoded.iter().zip(records.iter())) {
             prop_assert_eq!(ev.time_ns, expected_ns(*t, form));

@@ -175,10 +175,16 @@ pub fn write_packed_forward(
     }
 }
 
-/// The server's acknowledgement: `{"ack": chunk}`.
-pub fn write_ack(out: &mut Vec<u8>, chunk: &str) {
+/// The server's acknowledgement: `{"ack": chunk}`, the chunk id's bytes
+/// as a msgpack string exactly as they came (even when they are not UTF-8:
+/// the client compares them byte for byte).
+pub fn write_ack(out: &mut Vec<u8>, chunk: impl AsRef<[u8]>) {
+    let chunk = chunk.as_ref();
     out.extend_from_slice(&[0x81, 0xa3, b'a', b'c', b'k']);
-    enc::write_str(out, chunk).expect("vec write");
+    // A chunk id comes out of a frame, so its length fits a u32.
+    let len = u32::try_from(chunk.len()).expect("chunk id shorter than 4 GiB");
+    enc::write_str_len(out, len).expect("vec write");
+    out.extend_from_slice(chunk);
 }
 
 /// A msgpack map from a JSON value (which should be an object).

@@ -58,8 +58,9 @@ pub struct Frame {
     pub kind: FrameKind,
     /// The tag's bytes (empty unless `kind` is `Events`).
     pub tag: Bytes,
-    /// The `chunk` option, to be echoed in the ack.
-    pub chunk: Option<String>,
+    /// The `chunk` option's bytes, echoed unchanged in the ack (a client
+    /// matches its ack byte for byte, whatever the bytes are).
+    pub chunk: Option<Bytes>,
     /// Events skipped because they were invalid.
     pub invalid_events: u32,
 }
@@ -280,7 +281,7 @@ fn decode_time_and_record(
 /// The option keys the server acts on.
 #[derive(Debug, Default)]
 struct MessageOption {
-    chunk: Option<String>,
+    chunk: Option<Bytes>,
     compressed: Option<String>,
 }
 
@@ -292,23 +293,22 @@ fn read_option(r: &mut MsgReader<'_>) -> Result<MessageOption, DecodeError> {
     };
     for _ in 0..n {
         let key = r.read_raw_bytes()?;
-        let slot = match key {
-            Some(b"chunk") => Some(&mut opt.chunk),
-            Some(b"compressed") => Some(&mut opt.compressed),
+        let value = match key {
+            Some(b"chunk" | b"compressed") => r.read_raw_bytes()?,
             Some(_) => None,
             None => {
                 r.skip_value()?;
                 None
             }
         };
-        match slot {
-            Some(slot) => match r.read_raw_bytes()? {
-                Some(v) => *slot = Some(String::from_utf8_lossy(v).into_owned()),
-                None => {
-                    r.skip_value()?;
-                }
-            },
-            None => {
+        match (key, value) {
+            (Some(b"chunk"), Some(v)) => opt.chunk = Some(Bytes::copy_from_slice(v)),
+            // Only the names `text` and `gzip` mean anything; other bytes
+            // are reported (lossily) as the unsupported compression.
+            (Some(b"compressed"), Some(v)) => {
+                opt.compressed = Some(String::from_utf8_lossy(v).into_owned());
+            }
+            _ => {
                 r.skip_value()?;
             }
         }

@@ -152,7 +152,7 @@ pub fn decode_json_frame(text: &[u8], out: &mut Vec<Event>) -> Result<Frame, Dec
         .get(option_at)
         .and_then(|o| o.get("chunk"))
         .and_then(Value::as_str)
-        .map(str::to_owned);
+        .map(|c| Bytes::copy_from_slice(c.as_bytes()));
     Ok(frame)
 }
 
@@ -222,7 +222,7 @@ mod tests {
             panic!()
         };
         let f = decode_json_frame(&text[n..n + m], &mut out).unwrap();
-        assert_eq!(f.chunk.as_deref(), Some("c1"));
+        assert_eq!(f.chunk.as_deref(), Some(b"c1".as_slice()));
         assert_eq!(out.len(), 2);
         assert_eq!(
             out[1].record,
