@@ -188,32 +188,47 @@ pub async fn ensure_topic_until(
             return true;
         }
     };
-    let topic = NewTopic::new(
-        &config.topic,
-        config.partitions,
-        TopicReplication::Fixed(config.replication_factor),
-    );
+    let nodes = heartbeat::nodes_topic(&config.topic);
+    let topics = [
+        NewTopic::new(
+            &config.topic,
+            config.partitions,
+            TopicReplication::Fixed(config.replication_factor),
+        ),
+        // One partition: every node reads all heartbeats, in order. Kept an
+        // hour: a node's status needs the last minute only, and a broker's
+        // default (a week) would keep every heartbeat of every node.
+        NewTopic::new(
+            &nodes,
+            1,
+            TopicReplication::Fixed(config.replication_factor),
+        )
+        .set("retention.ms", NODES_RETENTION_MS),
+    ];
     let opts = AdminOptions::new().request_timeout(Some(CREATE_TIMEOUT));
     let created = tokio::select! {
         biased;
         _ = shutdown => None,
-        r = admin.create_topics([&topic], &opts) => Some(r),
+        r = admin.create_topics(&topics, &opts) => Some(r),
     };
     let finished = created.is_some();
     match created {
         None => {
-            info!(topic = %config.topic, "cluster: shutting down; not creating the backbone topic")
+            info!(topic = %config.topic, "cluster: shutting down; not creating the backbone topics")
         }
-        Some(Ok(results)) => match results.into_iter().next() {
-            Some(Ok(_)) => info!(topic = %config.topic, partitions = config.partitions,
-                                 "cluster: created the backbone topic"),
-            Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) | None => {}
-            Some(Err((_, code))) => {
-                warn!(topic = %config.topic, error = %code, "cluster: creating the backbone topic failed")
+        Some(Ok(results)) => {
+            for result in results {
+                match result {
+                    Ok(topic) => info!(%topic, "cluster: created a backbone topic"),
+                    Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                    Err((topic, code)) => {
+                        warn!(%topic, error = %code, "cluster: creating a backbone topic failed")
+                    }
+                }
             }
-        },
+        }
         Some(Err(e)) => {
-            warn!(topic = %config.topic, error = %e, "cluster: creating the backbone topic failed")
+            warn!(topic = %config.topic, error = %e, "cluster: creating the backbone topics failed")
         }
     }
     close_within("admin", admin, CLOSE_TIMEOUT).await;
