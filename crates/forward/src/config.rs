@@ -93,7 +93,6 @@ pub struct ForwardConfig {
     /// Hostname this server states in HELO/PONG.
     pub self_hostname: String,
     /// Users accepted in the handshake (none: no user authentication).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub users: Vec<UserConfig>,
     /// Largest single msgpack/JSON value (one Forward message), bytes.
     pub max_chunk_bytes: usize,

@@ -80,7 +80,7 @@ pub struct ListenerConfig<const PORT: u16> {
     pub tls: Option<TlsConfig>,
     /// Networks (CIDR, e.g. `"10.0.0.0/8"`, `"::1/128"`) allowed to connect;
     /// others are closed at accept (`reason="not_allowed"`). Empty: anyone.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub allow: Vec<IpNet>,
 }
 

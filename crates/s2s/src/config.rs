@@ -80,7 +80,7 @@ pub struct PortConfig {
     pub id: Option<String>,
     /// Client certificate subject DNs allowed to use this port. Empty: any
     /// client (with TLS, any client whose certificate verified).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub allowed_dns: Vec<String>,
 }
 

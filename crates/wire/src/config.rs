@@ -76,10 +76,7 @@ pub struct WireConfig {
     /// Secrets a client may authenticate with (each 1 to 256 bytes). When
     /// not empty, a connection's first frame must be an AUTH carrying one of
     /// them; anything else is refused (ERROR 10) and the connection closed.
-    #[serde(
-        deserialize_with = "deserialize_tokens",
-        skip_serializing_if = "Vec::is_empty"
-    )]
+    #[serde(deserialize_with = "deserialize_tokens")]
     pub tokens: Vec<String>,
 }
 

@@ -441,10 +441,25 @@ mod tests {
                 "s2s.tls",
             ),
             ("[bogus]\nx = 1\n", "bogus"),
+            // An empty list under a misspelt name too.
+            ("[wire]\nalow = []\n", "wire.alow"),
+            ("[forward]\nuser = []\n", "forward.user"),
         ] {
             let e = parse_str(text).unwrap_err().to_string();
             assert!(e.contains(key) && e.contains("t.toml"), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn known_empty_lists_pass_and_what_is_printed_reads_back() {
+        let text = "[wire]\nallow = []\ntokens = []\n[forward]\nusers = []\n\
+                    [s2s]\n[[s2s.input_ports]]\nname = \"p\"\ntopic = \"t\"\nallowed_dns = []\n";
+        let c = parse_str(text).unwrap();
+        assert!(c.wire.listener.allow.is_empty() && c.forward.users.is_empty());
+        // The printed form (every list written out, empty ones too) is a
+        // configuration that passes the same checks.
+        parse_str(&render(&c)).unwrap();
+        parse_str(&render(&Config::default())).unwrap();
     }
 
     #[test]

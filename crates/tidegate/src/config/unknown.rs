@@ -2,21 +2,14 @@
 //! combine `flatten` with `deny_unknown_fields`; so the check is done here
 //! once for the whole file: every key of the input must come back when the
 //! parsed configuration is written out again. A key that does not is one no
-//! section knows (a typo such as `lisen`), reported with its dotted path.
+//! section knows (a typo such as `lisen`, or `alow = []`), reported with its
+//! dotted path. For that, every known field is written out, empty lists and
+//! empty tables included (an empty `[kv]` or `[cluster]` turns the section
+//! on with its defaults, so an empty `[clustr]` must not pass unnoticed).
 
 /// The dotted path of the first key of `input` that `parsed` lacks.
 pub fn first_unknown(input: &toml::Value, parsed: &toml::Value) -> Option<String> {
     walk(input, parsed, "")
-}
-
-/// An empty list, which a known key may drop when written out (its field
-/// is skipped when empty). A table is never "empty" here: every known
-/// table is written out (an empty `[sinks.kafka.properties]` too, and an
-/// empty `[kv]` or `[cluster]` turns the section on with its defaults), so
-/// an empty table that does not come back is a misspelt one — `[clustr]`
-/// would otherwise leave cluster mode off without a word.
-fn is_empty(v: &toml::Value) -> bool {
-    matches!(v, toml::Value::Array(a) if a.is_empty())
 }
 
 fn walk(input: &toml::Value, parsed: &toml::Value, at: &str) -> Option<String> {
@@ -34,8 +27,6 @@ fn walk(input: &toml::Value, parsed: &toml::Value, at: &str) -> Option<String> {
                             return Some(u);
                         }
                     }
-                    // Empty lists are skipped when written out.
-                    None if is_empty(v) => {}
                     None => return Some(path),
                 }
             }
@@ -69,8 +60,11 @@ mod tests {
             Some("routes[0].snk")
         );
         let input: toml::Value = toml::from_str("[wire]\nallow = []\n").unwrap();
-        let parsed: toml::Value = toml::from_str("[wire]\nx = 1\n").unwrap();
+        let parsed: toml::Value = toml::from_str("[wire]\nallow = []\n").unwrap();
         assert_eq!(first_unknown(&input, &parsed), None);
+        // A misspelt key is unknown even when its value is an empty list.
+        let input: toml::Value = toml::from_str("[wire]\nalow = []\n").unwrap();
+        assert_eq!(first_unknown(&input, &parsed).as_deref(), Some("wire.alow"));
         // A misspelt section stays unknown even when empty.
         let input: toml::Value = toml::from_str("[clustr]\n[wire]\n").unwrap();
         let parsed: toml::Value = toml::from_str("[wire]\nx = 1\n").unwrap();
