@@ -44,7 +44,7 @@ use rdkafka::ClientConfig;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::properties::{self, Conflict};
+use crate::properties::{self, Conflict, PropertyConflict, Section};
 use crate::template::TopicTemplate;
 
 /// `[sinks.kafka]`: where and how to produce.
@@ -204,23 +204,23 @@ impl KafkaConfig {
     /// property.
     fn check_properties(&self) -> Result<(), ConfigError> {
         let owned = Self::OWN_PROPERTIES.map(|(property, key)| (property, Some(key)));
-        properties::check(&self.properties, &owned, &Self::GUARANTEES, acks_same).map_err(|c| {
-            match c {
-                Conflict::Guarantee { property, value } => ConfigError::WeakensGuarantee {
-                    key: property,
-                    value,
-                },
-                Conflict::Owned {
-                    property,
-                    sets,
-                    key,
-                } => ConfigError::SetBySection {
-                    property,
-                    sets,
-                    key: key.unwrap_or(""),
-                },
-                Conflict::Twice { first, second } => ConfigError::SameProperty { first, second },
-            }
+        let section = Section {
+            name: "sinks.kafka",
+            who: "the sink",
+        };
+        properties::check(
+            section,
+            &self.properties,
+            &owned,
+            &Self::GUARANTEES,
+            acks_same,
+        )
+        .map_err(|c| match c {
+            Conflict::Guarantee { property, value } => ConfigError::WeakensGuarantee {
+                key: property,
+                value,
+            },
+            Conflict::Property(p) => ConfigError::Properties(p),
         })
     }
 
@@ -435,33 +435,9 @@ pub enum ConfigError {
     /// `message_key_field = ""`.
     #[error("[sinks.kafka] message_key_field is empty")]
     EmptyKeyField,
-    /// A property names, under this name or another of librdkafka's, one
-    /// the sink sets from its own key: which one would win changes from
-    /// run to run.
-    #[error(
-        "[sinks.kafka.properties] {property:?}{other}: the sink sets it from \
-         [sinks.kafka] {key}; set {key} instead",
-        other = properties::other_name(.property, .sets)
-    )]
-    SetBySection {
-        /// The property as written.
-        property: String,
-        /// The property the sink sets.
-        sets: &'static str,
-        /// The section's key that sets it.
-        key: &'static str,
-    },
-    /// Two properties are names of one librdkafka property.
-    #[error(
-        "[sinks.kafka.properties] {first:?} and {second:?} are names of one librdkafka \
-         property; keep one"
-    )]
-    SameProperty {
-        /// The first, in the file's sorted order.
-        first: String,
-        /// The second.
-        second: String,
-    },
+    /// A property names one the sink sets itself, or one property twice.
+    #[error(transparent)]
+    Properties(#[from] PropertyConflict),
     /// A property would weaken idempotence or `acks=all`.
     #[error(
         "[sinks.kafka.properties] {key} = {value:?} would weaken the sink's delivery guarantee"
@@ -661,7 +637,7 @@ mod tests {
                 .insert(property.into(), PropertyValue::Integer(1000));
             let e = c.check().unwrap_err();
             assert!(
-                matches!(&e, ConfigError::SetBySection { property: p, key: k, .. }
+                matches!(&e, ConfigError::Properties(PropertyConflict::SetBySection { property: p, key: k, .. })
                     if p == property && *k == key),
                 "{property}: {e:?}"
             );

@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 
 use rdkafka::ClientConfig;
+use thiserror::Error;
 
 use crate::PropertyValue;
 
@@ -76,19 +77,81 @@ pub(crate) fn set_default<'a>(
 /// the section it comes from (`None`: fixed, no key changes it).
 pub(crate) type Owned = (&'static str, Option<&'static str>);
 
+/// A section whose `properties` are checked: its TOML name and who, in an
+/// error message, sets its properties (`"sinks.kafka"`, `"the sink"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Section {
+    /// The section's name in the file, without brackets.
+    pub name: &'static str,
+    /// What the section configures, as the subject of a sentence.
+    pub who: &'static str,
+}
+
+/// A section's `properties` naming what the section sets itself, or one
+/// librdkafka property twice: the same refusals, worded the same way, for
+/// the Kafka sink, the Kafka source and the cluster backbone.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PropertyConflict {
+    /// A property names, under this name or another of librdkafka's, one
+    /// the section sets from its own key: which one would win changes from
+    /// run to run.
+    #[error(
+        "[{name}.properties] {property:?}{other}: {who} sets it from [{name}] {key}; set {key} \
+         instead",
+        name = .section.name,
+        who = .section.who,
+        other = other_name(.property, .sets)
+    )]
+    SetBySection {
+        /// The section.
+        section: Section,
+        /// The property as written.
+        property: String,
+        /// The property the section sets.
+        sets: &'static str,
+        /// The section's key that sets it.
+        key: &'static str,
+    },
+    /// A property names, under this name or another of librdkafka's, one
+    /// the section fixes (no key changes it).
+    #[error(
+        "[{name}.properties] {property:?}{other}: {who} sets it itself; it cannot be changed",
+        name = .section.name,
+        who = .section.who,
+        other = other_name(.property, .sets)
+    )]
+    Fixed {
+        /// The section.
+        section: Section,
+        /// The property as written.
+        property: String,
+        /// The property the section sets.
+        sets: &'static str,
+    },
+    /// Two properties are names of one librdkafka property.
+    #[error(
+        "[{name}.properties] {first:?} and {second:?} are names of one librdkafka property; \
+         keep one",
+        name = .section.name
+    )]
+    SameProperty {
+        /// The section.
+        section: Section,
+        /// The first, in the file's sorted order.
+        first: String,
+        /// The second.
+        second: String,
+    },
+}
+
 /// Why a section's `properties` cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Conflict {
-    /// `property` (one of a guarantee's names) = `value` would weaken it.
+    /// `property` (one of a guarantee's names) = `value` would weaken it;
+    /// each section words what it would weaken.
     Guarantee { property: String, value: String },
-    /// `property` is a name of `sets`, which the section sets from `key`.
-    Owned {
-        property: String,
-        sets: &'static str,
-        key: Option<&'static str>,
-    },
-    /// `first` and `second` name one librdkafka property.
-    Twice { first: String, second: String },
+    /// A refusal worded the same for every section.
+    Property(PropertyConflict),
 }
 
 /// Checks a section's `properties` against what the section sets itself:
@@ -97,6 +160,7 @@ pub(crate) enum Conflict {
 /// second name of a property already named. Deterministic: `properties`
 /// is read in its (sorted) order.
 pub(crate) fn check(
+    section: Section,
     properties: &BTreeMap<String, PropertyValue>,
     owned: &[Owned],
     guarantees: &[(&str, &str)],
@@ -112,20 +176,30 @@ pub(crate) fn check(
                 });
             }
         } else if let Some(&(sets, key)) = owned.iter().find(|(p, _)| same_property(p, name)) {
-            return Err(Conflict::Owned {
-                property: name.clone(),
-                sets,
-                key,
-            });
+            let property = name.clone();
+            return Err(Conflict::Property(match key {
+                Some(key) => PropertyConflict::SetBySection {
+                    section,
+                    property,
+                    sets,
+                    key,
+                },
+                None => PropertyConflict::Fixed {
+                    section,
+                    property,
+                    sets,
+                },
+            }));
         }
     }
     let mut named: BTreeMap<&str, &str> = BTreeMap::new();
     for name in properties.keys() {
         if let Some(first) = named.insert(canonical(name), name) {
-            return Err(Conflict::Twice {
+            return Err(Conflict::Property(PropertyConflict::SameProperty {
+                section,
                 first: first.to_owned(),
                 second: name.clone(),
-            });
+            }));
         }
     }
     Ok(())
@@ -133,7 +207,7 @@ pub(crate) fn check(
 
 /// `" (another name for message.timeout.ms)"` when `property` is written
 /// under another name than `sets`, for error messages.
-pub(crate) fn other_name(property: &str, sets: &str) -> String {
+fn other_name(property: &str, sets: &str) -> String {
     if property == sets {
         String::new()
     } else {
@@ -200,12 +274,26 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
+        let section = Section {
+            name: "sinks.kafka",
+            who: "the sink",
+        };
+        let e = check(section, &props, &[], &[], |_, _, _| true).unwrap_err();
         assert_eq!(
-            check(&props, &[], &[], |_, _, _| true),
-            Err(Conflict::Twice {
+            e,
+            Conflict::Property(PropertyConflict::SameProperty {
+                section,
                 first: "message.send.max.retries".into(),
                 second: "retries".into(),
             })
+        );
+        let Conflict::Property(e) = e else {
+            unreachable!()
+        };
+        assert_eq!(
+            e.to_string(),
+            "[sinks.kafka.properties] \"message.send.max.retries\" and \"retries\" are names \
+             of one librdkafka property; keep one"
         );
     }
 }

@@ -29,7 +29,7 @@ use tidegate_hub::Pattern;
 
 use rdkafka::ClientConfig;
 
-use crate::properties::{self, Conflict};
+use crate::properties::{self, Conflict, PropertyConflict, Section};
 use crate::{KafkaConfig, PropertyValue};
 
 /// The distributed engine nodes share topics through.
@@ -192,7 +192,12 @@ impl ClusterConfig {
         if self.queue_max_messages == 0 {
             return Err(ClusterConfigError::ZeroQueue);
         }
+        let section = Section {
+            name: "cluster",
+            who: "the backbone",
+        };
         properties::check(
+            section,
             &self.properties,
             &Self::OWN_PROPERTIES,
             &KafkaConfig::GUARANTEES,
@@ -203,21 +208,7 @@ impl ClusterConfig {
                 key: property,
                 value,
             },
-            Conflict::Owned {
-                property,
-                sets,
-                key: Some(key),
-            } => ClusterConfigError::SetBySection {
-                property,
-                sets,
-                key,
-            },
-            Conflict::Owned {
-                property,
-                sets,
-                key: None,
-            } => ClusterConfigError::SetByBackbone { property, sets },
-            Conflict::Twice { first, second } => ClusterConfigError::SameProperty { first, second },
+            Conflict::Property(p) => ClusterConfigError::Properties(p),
         })
     }
 
@@ -308,45 +299,9 @@ pub enum ClusterConfigError {
     /// `queue_max_messages = 0`.
     #[error("[cluster] queue_max_messages must be at least 1")]
     ZeroQueue,
-    /// A property names, under this name or another of librdkafka's, one
-    /// the backbone sets from a `[cluster]` key.
-    #[error(
-        "[cluster.properties] {property:?}{other}: the backbone sets it from \
-         [cluster] {key}; set {key} instead",
-        other = properties::other_name(.property, .sets)
-    )]
-    SetBySection {
-        /// The property as written.
-        property: String,
-        /// The property the backbone sets.
-        sets: &'static str,
-        /// The `[cluster]` key that sets it.
-        key: &'static str,
-    },
-    /// A property names, under this name or another of librdkafka's, one
-    /// the backbone fixes.
-    #[error(
-        "[cluster.properties] {property:?}{other}: the backbone sets it itself; \
-         it cannot be changed",
-        other = properties::other_name(.property, .sets)
-    )]
-    SetByBackbone {
-        /// The property as written.
-        property: String,
-        /// The property the backbone sets.
-        sets: &'static str,
-    },
-    /// Two properties are names of one librdkafka property.
-    #[error(
-        "[cluster.properties] {first:?} and {second:?} are names of one librdkafka \
-         property; keep one"
-    )]
-    SameProperty {
-        /// The first, in the file's sorted order.
-        first: String,
-        /// The second.
-        second: String,
-    },
+    /// A property names one the backbone sets itself, or one property twice.
+    #[error(transparent)]
+    Properties(#[from] PropertyConflict),
     /// A property would weaken the producer's idempotence or `acks=all`.
     #[error(
         "[cluster.properties] {key} = {value:?} would weaken the backbone producer's \
@@ -420,7 +375,7 @@ mod tests {
         for (property, key) in keyed {
             let e = check(property);
             assert!(
-                matches!(&e, ClusterConfigError::SetBySection { property: p, key: k, .. }
+                matches!(&e, ClusterConfigError::Properties(PropertyConflict::SetBySection { property: p, key: k, .. })
                     if p == property && *k == key),
                 "{property}: {e:?}"
             );
@@ -445,7 +400,7 @@ mod tests {
         for property in fixed {
             let e = check(property);
             assert!(
-                matches!(&e, ClusterConfigError::SetByBackbone { property: p, .. } if p == property),
+                matches!(&e, ClusterConfigError::Properties(PropertyConflict::Fixed { property: p, .. }) if p == property),
                 "{property}: {e:?}"
             );
             let text = e.to_string();

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::config::properties_with_guarantees;
-use crate::properties::{self, Conflict};
+use crate::properties::{self, Conflict, PropertyConflict, Section};
 use crate::PropertyValue;
 
 /// `[sources.kafka]`: what to consume and how.
@@ -191,24 +191,23 @@ impl KafkaSourceConfig {
             return Err(SourceConfigError::ZeroCommitInterval);
         }
         let owned = Self::OWN_PROPERTIES.map(|(property, key)| (property, Some(key)));
-        properties::check(&self.properties, &owned, &Self::GUARANTEES, |_, v, want| {
-            v == want
-        })
+        let section = Section {
+            name: "sources.kafka",
+            who: "the source",
+        };
+        properties::check(
+            section,
+            &self.properties,
+            &owned,
+            &Self::GUARANTEES,
+            |_, v, want| v == want,
+        )
         .map_err(|c| match c {
             Conflict::Guarantee { property, value } => SourceConfigError::WeakensGuarantee {
                 key: property,
                 value,
             },
-            Conflict::Owned {
-                property,
-                sets,
-                key,
-            } => SourceConfigError::SetBySection {
-                property,
-                sets,
-                key: key.unwrap_or(""),
-            },
-            Conflict::Twice { first, second } => SourceConfigError::SameProperty { first, second },
+            Conflict::Property(p) => SourceConfigError::Properties(p),
         })
     }
 
@@ -287,32 +286,9 @@ pub enum SourceConfigError {
     /// `commit_interval_ms = 0` would turn committing off.
     #[error("[sources.kafka] commit_interval_ms must be at least 1")]
     ZeroCommitInterval,
-    /// A property names, under this name or another of librdkafka's, one
-    /// the source sets from its own key.
-    #[error(
-        "[sources.kafka.properties] {property:?}{other}: the source sets it from \
-         [sources.kafka] {key}; set {key} instead",
-        other = properties::other_name(.property, .sets)
-    )]
-    SetBySection {
-        /// The property as written.
-        property: String,
-        /// The property the source sets.
-        sets: &'static str,
-        /// The section's key that sets it.
-        key: &'static str,
-    },
-    /// Two properties are names of one librdkafka property.
-    #[error(
-        "[sources.kafka.properties] {first:?} and {second:?} are names of one librdkafka \
-         property; keep one"
-    )]
-    SameProperty {
-        /// The first, in the file's sorted order.
-        first: String,
-        /// The second.
-        second: String,
-    },
+    /// A property names one the source sets itself, or one property twice.
+    #[error(transparent)]
+    Properties(#[from] PropertyConflict),
     /// A property would commit offsets the hub has not accepted.
     #[error(
         "[sources.kafka.properties] {key} = {value:?} would commit records before the hub accepted them"
@@ -385,7 +361,7 @@ mod tests {
                 .insert(property.into(), PropertyValue::Text("x".into()));
             let e = c.check().unwrap_err();
             assert!(
-                matches!(&e, SourceConfigError::SetBySection { property: p, key: k, .. }
+                matches!(&e, SourceConfigError::Properties(PropertyConflict::SetBySection { property: p, key: k, .. })
                     if p == property && *k == key),
                 "{property}: {e:?}"
             );
@@ -441,7 +417,9 @@ mod tests {
         );
         assert!(matches!(
             c.check(),
-            Err(SourceConfigError::SameProperty { .. })
+            Err(SourceConfigError::Properties(
+                PropertyConflict::SameProperty { .. }
+            ))
         ));
     }
 }
