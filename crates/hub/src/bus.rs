@@ -12,8 +12,8 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 
 use crate::subscriber::SubscriberQueue;
-use crate::topic::{is_system_topic, Pattern, TopicError, MAX_WILDCARD_TOKENS};
-use crate::trie::TrieNode;
+use crate::topic::{Pattern, TopicError, MAX_WILDCARD_TOKENS};
+use crate::trie::PatternTrie;
 
 const SHARDS: usize = 64;
 
@@ -27,7 +27,8 @@ type Shard = RwLock<HashMap<Box<str>, Vec<Arc<SubscriberQueue>>, FastHash>>;
 pub(crate) struct TopicBus {
     shard_hash: FastHash,
     exact: Box<[Shard]>,
-    wildcards: RwLock<TrieNode>,
+    /// The queues of the wildcard subscriptions, by pattern.
+    wildcards: RwLock<PatternTrie<Vec<Arc<SubscriberQueue>>>>,
     wildcard_count: AtomicUsize,
     /// Tokens of all wildcard subscriptions, bounded by `wildcard_limit`
     /// (changed under the trie's write lock).
@@ -79,7 +80,7 @@ impl TopicBus {
             if held + n > self.wildcard_limit {
                 return Err(TopicError::WildcardsFull);
             }
-            trie.insert(pattern, sub);
+            trie.slot_mut(pattern.tokens()).push(sub.clone());
             self.wildcard_tokens.store(held + n, Ordering::Relaxed);
             self.wildcard_count.fetch_add(1, Ordering::Release);
         }
@@ -98,7 +99,7 @@ impl TopicBus {
             }
         } else {
             let mut trie = self.wildcards.write();
-            trie.remove(pattern.tokens(), id);
+            trie.change(pattern.tokens(), |queues| queues.retain(|s| s.id != id));
             self.wildcard_tokens
                 .fetch_sub(pattern.tokens().len(), Ordering::Relaxed);
             self.wildcard_count.fetch_sub(1, Ordering::Release);
@@ -116,10 +117,9 @@ impl TopicBus {
             list.iter().for_each(&mut f);
         }
         if self.wildcard_count.load(Ordering::Acquire) > 0 {
-            let tokens: Vec<&str> = topic.split('.').collect();
             self.wildcards
                 .read()
-                .for_each_match_from_root(&tokens, is_system_topic(topic), &mut f);
+                .for_each_match(topic, &mut |queues| queues.iter().for_each(&mut f));
         }
     }
 }

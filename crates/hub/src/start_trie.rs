@@ -8,20 +8,13 @@
 //! takes; with a session's thousands of wildcards matched one by one, one
 //! replay held it for seconds.
 
-use std::collections::HashMap;
+use crate::topic::Pattern;
+use crate::trie::PatternTrie;
 
-use crate::topic::{is_system_topic, Pattern, Token};
-
-/// Wildcard patterns and their starts (see the module docs).
+/// Wildcard patterns and their starts (see the module docs): each slot
+/// holds the earliest start of the patterns that end there.
 #[derive(Debug, Default)]
-pub(crate) struct StartTrie {
-    literal: HashMap<Box<str>, StartTrie>,
-    star: Option<Box<StartTrie>>,
-    /// The earliest start of the patterns that end here.
-    here: Option<u64>,
-    /// The earliest start of the patterns that end with `>` after this node.
-    rest: Option<u64>,
-}
+pub(crate) struct StartTrie(PatternTrie<Option<u64>>);
 
 fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
@@ -34,28 +27,14 @@ impl StartTrie {
     /// The trie of `patterns` (wildcard patterns; a literal one is matched
     /// by equality elsewhere and skipped here).
     pub(crate) fn build<'a>(patterns: impl IntoIterator<Item = &'a (Pattern, u64)>) -> Self {
-        let mut root = StartTrie::default();
+        let mut trie = PatternTrie::default();
         for (pattern, from) in patterns {
             if !pattern.is_literal() {
-                root.insert(pattern.tokens(), *from);
+                let slot = trie.slot_mut(pattern.tokens());
+                *slot = earliest(*slot, Some(*from));
             }
         }
-        root
-    }
-
-    fn insert(&mut self, tokens: &[Token], from: u64) {
-        let mut node = self;
-        for tok in tokens {
-            match tok {
-                Token::Literal(l) => node = node.literal.entry(l.as_str().into()).or_default(),
-                Token::Star => node = node.star.get_or_insert_with(Default::default),
-                Token::Rest => {
-                    node.rest = earliest(node.rest, Some(from));
-                    return;
-                }
-            }
-        }
-        node.here = earliest(node.here, Some(from));
+        StartTrie(trie)
     }
 
     /// The earliest start among the patterns that match `topic`, or None
@@ -63,27 +42,10 @@ impl StartTrie {
     /// token, `>` one or more, and a pattern that starts with a wildcard
     /// does not match the hub's own `$sys.` topics.
     pub(crate) fn wanted(&self, topic: &str) -> Option<u64> {
-        let parts: Vec<&str> = topic.split('.').collect();
-        self.wanted_from(&parts, is_system_topic(topic))
-    }
-
-    fn wanted_from(&self, parts: &[&str], no_wildcard_here: bool) -> Option<u64> {
         let mut best = None;
-        if !no_wildcard_here && !parts.is_empty() {
-            best = self.rest;
-        }
-        match parts.split_first() {
-            None => earliest(best, self.here),
-            Some((first, others)) => {
-                if let Some(child) = self.literal.get(*first) {
-                    best = earliest(best, child.wanted_from(others, false));
-                }
-                if let (false, Some(star)) = (no_wildcard_here, &self.star) {
-                    best = earliest(best, star.wanted_from(others, false));
-                }
-                best
-            }
-        }
+        self.0
+            .for_each_match(topic, &mut |slot| best = earliest(best, *slot));
+        best
     }
 }
 
