@@ -28,6 +28,15 @@ pub const DEFAULT_ANTI_ENTROPY_INTERVAL_MS: u64 = 10 * 60 * 1000;
 const MAX_CACHE_MB: u64 = 1024 * 1024;
 /// Default size of the engine's block cache, MiB.
 pub const DEFAULT_CACHE_MB: u64 = 32;
+/// Default bound on the bytes of one replica's pending hints: 1 GiB.
+/// Enough for a long outage of small writes (100,000 hints of 10 KiB) and
+/// for a few values of the default `[http] max_body_bytes` (256 MiB), so
+/// the largest value a client may write can still be hinted; small enough
+/// that the hints for every peer together (a coordinator keeps them per
+/// peer) stay a fraction of a data disk, and that a returning replica
+/// takes them in seconds over a LAN. A replica that missed more than this
+/// is better served by anti-entropy, which streams only what differs.
+pub const DEFAULT_MAX_HINT_BYTES_PER_NODE: u64 = 1024 * 1024 * 1024;
 /// Largest key (`id`) accepted, bytes. fjall allows 64 KiB; a key also
 /// travels in URLs, so it is kept well below what proxies accept.
 pub const MAX_KEY_BYTES: usize = 4 * 1024;
@@ -141,6 +150,10 @@ pub struct KvConfig {
     /// memory). A write reads the stored version first (last-write-wins),
     /// so overwrites of keys not in the cache read from the files.
     pub cache_mb: u64,
+    /// Most bytes of hints kept for one replica (each hint counts its key
+    /// and its stored record); a hint past it is dropped and counted.
+    /// 0 keeps no hints.
+    pub max_hint_bytes_per_node: u64,
 }
 
 impl Default for KvConfig {
@@ -158,6 +171,7 @@ impl Default for KvConfig {
             inline_writes: false,
             inline_reads: false,
             cache_mb: DEFAULT_CACHE_MB,
+            max_hint_bytes_per_node: DEFAULT_MAX_HINT_BYTES_PER_NODE,
         }
     }
 }

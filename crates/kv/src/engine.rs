@@ -10,6 +10,9 @@
 //! another worker is in a storage call ([`crate::storage_slot`]). Not for:
 //! replication or timestamps (the coordinator stamps records before they
 //! get here).
+//!
+//! Hinted-handoff records live in a keyspace of their own, written and
+//! read by the calls in `engine/hint_store.rs` ([`Engine::put_hint`] …).
 
 use std::collections::HashMap;
 use std::ops::Bound;
@@ -30,6 +33,10 @@ use crate::stamp_bound::StampBounds;
 use crate::storage_slot::StorageSlot;
 use crate::write_group::WriteGroups;
 use crate::writeback::{self, WRITEBACK_EVERY};
+
+mod hint_store;
+
+pub use hint_store::{hint_bytes, HintChange, HintPut, HintTotals};
 
 /// Name of the keyspace holding the records.
 const KEYSPACE: &str = "entities";
@@ -530,58 +537,6 @@ impl Engine {
         Ok(purged)
     }
 
-    /// Keeps `record` for `node` to deliver later, unless a newer hint for
-    /// the same key is kept already. Returns whether the hint is new (not
-    /// replacing one for the same key).
-    pub fn put_hint(&self, node: &str, key: &[u8], record: &Record) -> Result<bool, KvError> {
-        let hint_key = hint_key(node, key);
-        let _guard = self.stripe(&hint_key).lock();
-        let current = match self.hints.get(&hint_key)? {
-            Some(v) => Some(Record::decode(Bytes::copy_from_slice(&v))?),
-            None => None,
-        };
-        if current.as_ref().is_none_or(|c| record.supersedes(c)) {
-            self.hints.insert(&hint_key, record.encode().as_ref())?;
-        }
-        Ok(current.is_none())
-    }
-
-    /// Up to `limit` hints kept for `node`, as (key, record).
-    pub fn hints_for(&self, node: &str, limit: usize) -> Result<Vec<(Bytes, Record)>, KvError> {
-        let prefix = hint_key(node, b"");
-        let mut out = Vec::new();
-        for guard in self.hints.prefix(&prefix).take(limit) {
-            let (k, v) = guard.into_inner()?;
-            let key = Bytes::copy_from_slice(&k[prefix.len()..]);
-            out.push((key, Record::decode(Bytes::copy_from_slice(&v))?));
-        }
-        Ok(out)
-    }
-
-    /// How many hints are kept for `node` (a scan: for start-up only).
-    pub fn count_hints(&self, node: &str) -> Result<usize, KvError> {
-        let mut n = 0;
-        for guard in self.hints.prefix(hint_key(node, b"")) {
-            guard.key()?;
-            n += 1;
-        }
-        Ok(n)
-    }
-
-    /// Forgets a delivered hint, unless a newer one replaced it meanwhile.
-    pub fn remove_hint(&self, node: &str, key: &[u8], delivered: &Record) -> Result<bool, KvError> {
-        let hint_key = hint_key(node, key);
-        let _guard = self.stripe(&hint_key).lock();
-        let same = match self.hints.get(&hint_key)? {
-            Some(v) => Record::decode(Bytes::copy_from_slice(&v))? == *delivered,
-            None => false,
-        };
-        if same {
-            self.hints.remove(hint_key)?;
-        }
-        Ok(same)
-    }
-
     /// Pushes everything written so far to disk (`fdatasync`).
     pub fn persist(&self) -> Result<(), KvError> {
         Ok(self.db.persist(PersistMode::SyncData)?)
@@ -602,15 +557,6 @@ fn key_hash(key: &[u8]) -> u64 {
 /// The lock stripe of a key of hash `hash`.
 fn stripe_of(hash: u64) -> usize {
     hash as usize % LOCK_STRIPES
-}
-
-/// A hint's key: the node's URL, a zero byte (URLs have none), the key.
-fn hint_key(node: &str, key: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(node.len() + 1 + key.len());
-    k.extend_from_slice(node.as_bytes());
-    k.push(0);
-    k.extend_from_slice(key);
-    k
 }
 
 /// Nanoseconds since the Unix epoch.

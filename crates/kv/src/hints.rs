@@ -3,15 +3,17 @@
 //! keyspace, one hint per node and key, the newest wins) and a background
 //! task delivers it when the replica answers again, then forgets it.
 //!
-//! Bounded: at most [`MAX_HINTS_PER_NODE`] keys are kept per node; past
-//! that a hint is dropped and counted (the replica then catches up
-//! through read repair, anti-entropy or later writes). Hints are kept whatever the write's
+//! Bounded per node twice ([`crate::hint_bounds`]): at most
+//! [`MAX_HINTS_PER_NODE`] keys and at most `[kv] max_hint_bytes_per_node`
+//! bytes (each hint's key and stored record). A hint that would take a
+//! node past either is dropped and counted in `hints_dropped` (the replica
+//! then catches up through read repair, anti-entropy or later writes); a
+//! newer hint for a key already hinted counts only what it adds. The
+//! totals are counted on disk at start-up and then follow every hint
+//! stored, replaced, delivered or dropped, each change made under the
+//! node's [`HintLedger`] lock. Hints are kept whatever the write's
 //! outcome for the client (201 or 504): the record is newer than what the
 //! replica has, so delivering it is always safe under last-write-wins.
-//! The bound counts keys, not bytes: the engine keeps no byte count of a
-//! node's hints (one replaced in place or found on disk at start-up has no
-//! size known here), so their disk use is bounded only by the keys times
-//! `[http] max_body_bytes`.
 //!
 //! Every [`REPLAY_INTERVAL`] a round offers each node its hints in key
 //! order, each as a signed one-entry `PUT` [`BATCH_PATH`] of its own (not
@@ -42,7 +44,6 @@
 //!   and the hint is offered again next round.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,7 +54,9 @@ use parking_lot::Mutex;
 
 use crate::batch::{self, BatchOp, BatchReply};
 use crate::client::{ReplicaClient, BATCH_PATH};
-use crate::engine::Engine;
+use crate::engine::{Engine, HintPut};
+use crate::error::KvError;
+use crate::hint_bounds::{Exceeded, HintBounds, HintLedger};
 use crate::metrics::KvMetrics;
 use crate::record::Record;
 
@@ -96,8 +99,10 @@ pub struct Hints {
     engine: Arc<Engine>,
     /// Peer URLs, by ring index (this node's entry is never used).
     nodes: Vec<String>,
-    /// Pending hints per node (keys).
-    pending: Vec<AtomicUsize>,
+    /// What one node's hints may hold.
+    bounds: HintBounds,
+    /// Pending hints per node (keys and bytes), by ring index.
+    ledgers: Vec<Arc<HintLedger>>,
     /// Rounds each hint was set aside in, by node and key, with the stamp
     /// of the record offered (a newer record starts again from none).
     lost: Mutex<HashMap<(usize, Bytes), (u64, u32)>>,
@@ -106,37 +111,76 @@ pub struct Hints {
 }
 
 impl Hints {
-    /// Bookkeeping for `nodes`, counting the hints already on disk.
-    pub fn new(engine: Arc<Engine>, nodes: Vec<String>, metrics: KvMetrics) -> Self {
-        let pending: Vec<AtomicUsize> = nodes
+    /// Bookkeeping for `nodes`, each holding at most `bounds`, counting
+    /// the hints already on disk (a scan of them: blocking).
+    pub fn new(
+        engine: Arc<Engine>,
+        nodes: Vec<String>,
+        bounds: HintBounds,
+        metrics: KvMetrics,
+    ) -> Self {
+        let ledgers = nodes
             .iter()
-            .map(|n| AtomicUsize::new(engine.count_hints(n).unwrap_or(0)))
+            .map(|n| {
+                let on_disk = engine.hint_totals(n).unwrap_or_else(|e| {
+                    // Counted as none: removals saturate at zero, and the
+                    // first round that finds the totals wrong counts again.
+                    tracing::error!(node = %n, error = %e, "kv: counting the hints on disk failed");
+                    Default::default()
+                });
+                Arc::new(HintLedger::new(
+                    on_disk,
+                    metrics.hints_pending.clone(),
+                    metrics.hints_pending_bytes.clone(),
+                ))
+            })
             .collect();
-        let total: usize = pending.iter().map(|p| p.load(Ordering::Relaxed)).sum();
-        metrics.hints_pending.set(total as i64);
         Hints {
             engine,
             nodes,
-            pending,
+            bounds,
+            ledgers,
             lost: Mutex::new(HashMap::new()),
             metrics,
         }
     }
 
-    /// Keeps `record` for node `node` (blocking: call off the runtime).
+    /// Keeps `record` for node `node`, unless it would take the node past
+    /// its bounds (blocking: call off the runtime).
     pub fn keep(&self, node: usize, key: &[u8], record: &Record) {
-        if self.pending[node].load(Ordering::Relaxed) >= MAX_HINTS_PER_NODE {
-            self.metrics.hints_dropped.inc();
-            tracing::warn!(node = %self.nodes[node], "kv: hint dropped, the node's hint bound is reached");
-            return;
-        }
-        match self.engine.put_hint(&self.nodes[node], key, record) {
-            Ok(new) => {
-                if new {
-                    self.pending[node].fetch_add(1, Ordering::Relaxed);
-                    self.metrics.hints_pending.inc();
-                }
+        // Locked until the change is counted: a hint checked meanwhile for
+        // the same node would be checked against totals that miss this one.
+        let mut ledger = self.ledgers[node].lock();
+        let totals = ledger.totals();
+        let mut exceeded = None;
+        let admit = |change| match self.bounds.admits(totals, change) {
+            Ok(()) => true,
+            Err(bound) => {
+                exceeded = Some(bound);
+                false
+            }
+        };
+        match self.engine.put_hint(&self.nodes[node], key, record, admit) {
+            Ok(HintPut::Stored(change)) => {
+                ledger.stored(change);
                 self.metrics.hints_stored.inc();
+            }
+            Ok(HintPut::NotNewer) => {
+                // A hint at least as new is kept for the key: delivering
+                // it covers this write.
+                self.metrics.hints_stored.inc();
+            }
+            Ok(HintPut::Refused(change)) => {
+                drop(ledger);
+                self.metrics.hints_dropped.inc();
+                tracing::warn!(
+                    node = %self.nodes[node],
+                    bound = exceeded.map_or("", Exceeded::as_str),
+                    hint_bytes = change.bytes,
+                    pending_keys = totals.keys,
+                    pending_bytes = totals.bytes,
+                    "kv: hint dropped, it would take the node past its hint bound"
+                );
             }
             Err(e) => tracing::error!(error = %e, "kv: storing a hint failed"),
         }
@@ -150,7 +194,7 @@ impl Hints {
         // Keys set aside this round, and the latest of them in a row.
         let mut aside: HashSet<Bytes> = HashSet::new();
         let mut run: Vec<Aside> = Vec::new();
-        while self.pending[node].load(Ordering::Relaxed) > 0 {
+        while self.ledgers[node].keys() > 0 {
             let engine = self.engine.clone();
             let owned = url.clone();
             // Enough to hold every hint set aside and a batch of new ones.
@@ -161,8 +205,9 @@ impl Hints {
                 .and_then(Result::ok)
                 .unwrap_or_default();
             if batch.is_empty() {
-                let gone = self.pending[node].swap(0, Ordering::Relaxed);
-                self.metrics.hints_pending.dec_by(gone as i64);
+                // Hints counted but none on disk: the totals are wrong (a
+                // failed count at start-up); count again.
+                self.recount(node).await;
                 return;
             }
             let fresh: Vec<_> = batch
@@ -267,16 +312,46 @@ impl Hints {
     async fn remove(&self, node: usize, key: Bytes, record: Record) -> bool {
         let engine = self.engine.clone();
         let url = self.nodes[node].clone();
+        let ledger = self.ledgers[node].clone();
         let lost_key = (node, key.clone());
-        let removed =
-            tokio::task::spawn_blocking(move || engine.remove_hint(&url, &key, &record)).await;
+        let removed = tokio::task::spawn_blocking(move || {
+            let mut ledger = ledger.lock();
+            let removed = engine.remove_hint(&url, &key, &record)?;
+            if let Some(bytes) = removed {
+                ledger.removed(bytes);
+            }
+            Ok::<_, KvError>(removed.is_some())
+        })
+        .await;
         let removed = matches!(removed, Ok(Ok(true)));
         if removed {
             self.lost.lock().remove(&lost_key);
-            self.pending[node].fetch_sub(1, Ordering::Relaxed);
-            self.metrics.hints_pending.dec();
         }
         removed
+    }
+
+    /// Counts `node`'s hints on disk again and takes that as its totals.
+    async fn recount(&self, node: usize) {
+        let engine = self.engine.clone();
+        let url = self.nodes[node].clone();
+        let ledger = self.ledgers[node].clone();
+        let counted = tokio::task::spawn_blocking(move || {
+            let mut ledger = ledger.lock();
+            let on_disk = engine.hint_totals(&url)?;
+            ledger.recounted(on_disk);
+            Ok::<_, KvError>(on_disk)
+        })
+        .await;
+        match counted {
+            Ok(Ok(on_disk)) => tracing::warn!(
+                node = %self.nodes[node],
+                keys = on_disk.keys,
+                bytes = on_disk.bytes,
+                "kv: hint totals did not match the disk, counted again"
+            ),
+            Ok(Err(e)) => tracing::error!(error = %e, "kv: counting the hints on disk failed"),
+            Err(e) => tracing::error!(error = %e, "kv: counting the hints on disk panicked"),
+        }
     }
 
     /// Replays every node's hints every [`REPLAY_INTERVAL`], for as long as
@@ -426,13 +501,26 @@ mod tests {
         (url, offered, served)
     }
 
+    /// The bounds of a running node.
+    const DEFAULT_BOUNDS: HintBounds = HintBounds {
+        keys: MAX_HINTS_PER_NODE,
+        bytes: crate::config::DEFAULT_MAX_HINT_BYTES_PER_NODE,
+    };
+
+    /// Hint bookkeeping of this node (index 0) for `peer` (index 1), on
+    /// the engine in `dir`.
+    fn hints_in(dir: &std::path::Path, peer: &str, bounds: HintBounds) -> (Arc<Hints>, KvMetrics) {
+        let engine = Arc::new(Engine::open(dir, SyncPolicy::None).unwrap());
+        let metrics = KvMetrics::default();
+        let nodes = vec!["http://127.0.0.1:1".to_owned(), peer.to_owned()];
+        let hints = Arc::new(Hints::new(engine, nodes, bounds, metrics.clone()));
+        (hints, metrics)
+    }
+
     /// Hints kept on this node (index 0) for `peer` (index 1), one per key.
     fn hints_for(peer: &str, keys: &[&str]) -> (Arc<Hints>, KvMetrics, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
-        let engine = Arc::new(Engine::open(dir.path(), SyncPolicy::None).unwrap());
-        let metrics = KvMetrics::default();
-        let nodes = vec!["http://127.0.0.1:1".to_owned(), peer.to_owned()];
-        let hints = Arc::new(Hints::new(engine, nodes, metrics.clone()));
+        let (hints, metrics) = hints_in(dir.path(), peer, DEFAULT_BOUNDS);
         for (i, k) in keys.iter().enumerate() {
             let record = Record::value(i as u64 + 1, Bytes::from(format!("v{k}")));
             hints.keep(1, k.as_bytes(), &record);
@@ -467,8 +555,13 @@ mod tests {
         assert_eq!(metrics.hints_refused.get(), 2);
         assert_eq!(metrics.hints_dropped.get(), 0);
         assert_eq!(metrics.hints_pending.get(), 0);
-        assert_eq!(hints.pending[1].load(Ordering::Relaxed), 0);
-        assert_eq!(hints.engine.count_hints(&peer).unwrap(), 0);
+        assert_eq!(
+            metrics.hints_pending_bytes.get(),
+            0,
+            "refused ones freed too"
+        );
+        assert_eq!(hints.ledgers[1].keys(), 0);
+        assert_eq!(hints.engine.hint_totals(&peer).unwrap().keys, 0);
         // Nothing is left to offer: the next round sends nothing.
         hints.replay(1, &client(), TIMEOUT).await;
         assert_eq!(offered.lock().len(), KEYS.len());
@@ -503,7 +596,7 @@ mod tests {
         );
         assert_eq!(metrics.hints_refused.get(), 2, "a1 dropped");
         assert_eq!(metrics.hints_pending.get(), 0);
-        assert_eq!(hints.engine.count_hints(&peer).unwrap(), 0);
+        assert_eq!(hints.engine.hint_totals(&peer).unwrap().keys, 0);
         assert!(hints.lost.lock().is_empty());
         served.abort();
     }
@@ -550,7 +643,7 @@ mod tests {
             assert_eq!(metrics.hints_pending.get(), 7, "case {i}");
             assert_eq!(metrics.hints_refused.get(), 0, "case {i}");
             assert_eq!(metrics.hints_delivered.get(), 0, "case {i}");
-            assert_eq!(hints.engine.count_hints(&peer).unwrap(), 7, "case {i}");
+            assert_eq!(hints.engine.hint_totals(&peer).unwrap().keys, 7, "case {i}");
             served.abort();
         }
 
@@ -564,7 +657,125 @@ mod tests {
         }
         assert_eq!(metrics.hints_pending.get(), 7);
         assert_eq!(metrics.hints_refused.get(), 0);
-        assert_eq!(hints.engine.count_hints(&peer).unwrap(), 7);
+        assert_eq!(hints.engine.hint_totals(&peer).unwrap().keys, 7);
         assert!(hints.lost.lock().is_empty());
+    }
+    /// What a hint of `key` with a `value_len`-byte value (no expiry)
+    /// counts for.
+    fn size(key: &str, value_len: usize) -> u64 {
+        crate::engine::hint_bytes(key.len(), crate::record::HEADER_BYTES + value_len)
+    }
+
+    fn value(stamp: u64, len: usize) -> Record {
+        Record::value(stamp, Bytes::from(vec![b'v'; len]))
+    }
+
+    #[tokio::test]
+    async fn a_newer_hint_for_the_same_key_replaces_its_bytes_and_takes_no_new_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let bounds = HintBounds {
+            keys: 1,
+            bytes: size("k", 100),
+        };
+        let (hints, metrics) = hints_in(dir.path(), "http://127.0.0.1:2", bounds);
+        let totals = || hints.ledgers[1].lock().totals();
+
+        hints.keep(1, b"k", &value(10, 100));
+        assert_eq!((totals().keys, totals().bytes), (1, size("k", 100)));
+        // A newer, smaller hint for the same key replaces the first: its
+        // bytes, not both, and it needs no new key under a 1-key bound.
+        hints.keep(1, b"k", &value(20, 10));
+        assert_eq!((totals().keys, totals().bytes), (1, size("k", 10)));
+        // An older one changes nothing (the newer is kept).
+        hints.keep(1, b"k", &value(15, 50));
+        assert_eq!((totals().keys, totals().bytes), (1, size("k", 10)));
+        // A newer one that grows past the byte bound is dropped; the one
+        // kept stays, counted as before.
+        hints.keep(1, b"k", &value(30, 101));
+        assert_eq!((totals().keys, totals().bytes), (1, size("k", 10)));
+        // Another key is past the key bound.
+        hints.keep(1, b"j", &value(40, 1));
+        assert_eq!(metrics.hints_dropped.get(), 2);
+        assert_eq!(metrics.hints_stored.get(), 3);
+        assert_eq!(metrics.hints_pending.get(), 1);
+        assert_eq!(metrics.hints_pending_bytes.get(), size("k", 10) as i64);
+        let on_disk = hints.engine.hint_totals("http://127.0.0.1:2").unwrap();
+        assert_eq!(on_disk, totals(), "the totals are the disk's");
+        assert_eq!(
+            hints.engine.hints_for("http://127.0.0.1:2", 10).unwrap(),
+            [(Bytes::from_static(b"k"), value(20, 10))]
+        );
+    }
+
+    #[tokio::test]
+    async fn the_byte_bound_stops_large_hints_keeps_small_ones_and_delivery_frees_it() {
+        let (peer, offered, served) = fake_peer(|_| Answer::Reply(1)).await;
+        let dir = tempfile::tempdir().unwrap();
+        let bounds = HintBounds {
+            keys: MAX_HINTS_PER_NODE,
+            bytes: 10_000,
+        };
+        let (hints, metrics) = hints_in(dir.path(), &peer, bounds);
+        // Three values of 4,000 bytes: the third would pass 10,000.
+        for (i, k) in ["big1", "big2", "big3"].iter().enumerate() {
+            hints.keep(1, k.as_bytes(), &value(i as u64 + 1, 4000));
+        }
+        assert_eq!(metrics.hints_dropped.get(), 1);
+        let big = 2 * size("big1", 4000);
+        assert_eq!(metrics.hints_pending_bytes.get(), big as i64);
+        // Small ones still fit under it, up to the bound exactly.
+        let fit = (10_000 - big) / size("s00", 10);
+        for i in 0..fit + 1 {
+            hints.keep(1, format!("s{i:02}").as_bytes(), &value(10 + i, 10));
+        }
+        assert_eq!(
+            metrics.hints_dropped.get(),
+            2,
+            "only the one past the bound"
+        );
+        assert_eq!(metrics.hints_pending.get(), 2 + fit as i64);
+        let full = big + fit * size("s00", 10);
+        assert_eq!(metrics.hints_pending_bytes.get(), full as i64);
+
+        // Delivered, they free the bound: the large value fits again.
+        hints.replay(1, &client(), TIMEOUT).await;
+        assert_eq!(offered.lock().len(), 2 + fit as usize);
+        assert_eq!(metrics.hints_pending.get(), 0);
+        assert_eq!(metrics.hints_pending_bytes.get(), 0);
+        hints.keep(1, b"big3", &value(100, 4000));
+        assert_eq!(metrics.hints_dropped.get(), 2);
+        assert_eq!(metrics.hints_pending_bytes.get(), size("big3", 4000) as i64);
+        served.abort();
+    }
+
+    #[tokio::test]
+    async fn hints_on_disk_are_counted_when_the_node_starts_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let peer = "http://127.0.0.1:2";
+        let bounds = HintBounds {
+            keys: MAX_HINTS_PER_NODE,
+            bytes: 10_000,
+        };
+        {
+            let (hints, _) = hints_in(dir.path(), peer, bounds);
+            hints.keep(1, b"big1", &value(1, 4000));
+            hints.keep(1, b"big2", &value(2, 4000));
+            hints.engine.persist().unwrap();
+        } // the engine is closed here, as at a restart
+
+        let (hints, metrics) = hints_in(dir.path(), peer, bounds);
+        assert_eq!(metrics.hints_pending.get(), 2);
+        let big = 2 * size("big1", 4000);
+        assert_eq!(metrics.hints_pending_bytes.get(), big as i64);
+        // The count holds: what the first run kept leaves no room for a
+        // third large hint, and room for a small one.
+        hints.keep(1, b"big3", &value(3, 4000));
+        assert_eq!(metrics.hints_dropped.get(), 1);
+        hints.keep(1, b"s", &value(4, 10));
+        assert_eq!(metrics.hints_dropped.get(), 1);
+        assert_eq!(
+            metrics.hints_pending_bytes.get(),
+            (big + size("s", 10)) as i64
+        );
     }
 }

@@ -9,7 +9,8 @@
 //! [`auth`] (HMAC on internal requests), [`client`] (pooled HTTP to peers,
 //! batched per destination), [`batch`] (the replica batch format),
 //! [`batch_sender`] (each peer's batch sending task), [`store`] (the coordinator: fan-out, quorum,
-//! read repair), [`hints`] (hinted handoff), [`merkle`] (hash trees over
+//! read repair), [`hints`] (hinted handoff), [`hint_bounds`] (the keys and
+//! bytes a replica's hints may hold), [`merkle`] (hash trees over
 //! key ranges), [`entry_stream`] (the format ranges are streamed in),
 //! [`anti_entropy`] (tree exchanges with peers), [`background`] (its scans,
 //! at the lowest priority), [`metrics`] (counters),
@@ -29,6 +30,7 @@ pub mod config;
 pub mod engine;
 pub mod entry_stream;
 pub mod error;
+pub mod hint_bounds;
 pub mod hints;
 pub mod merkle;
 pub mod metrics;

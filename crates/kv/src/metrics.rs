@@ -21,7 +21,8 @@ pub struct KvMetrics {
     pub hints_stored: Counter,
     /// Hints delivered to their replica.
     pub hints_delivered: Counter,
-    /// Hints dropped because a replica's bound was reached.
+    /// Hints dropped because a replica's bound (keys or bytes) was
+    /// reached.
     pub hints_dropped: Counter,
     /// Hints dropped because their replica refused them (400, 413), or
     /// never answered them in several rounds while answering the others:
@@ -29,6 +30,9 @@ pub struct KvMetrics {
     pub hints_refused: Counter,
     /// Keys with a pending hint, all replicas together.
     pub hints_pending: Gauge,
+    /// Bytes (key + stored record) of the pending hints, all replicas
+    /// together: what the `[kv] max_hint_bytes_per_node` bound counts.
+    pub hints_pending_bytes: Gauge,
     /// Anti-entropy exchanges with a peer that completed.
     pub ae_exchanges: Counter,
     /// Anti-entropy exchanges that failed (peer away, bad answer).
@@ -72,7 +76,7 @@ impl KvMetrics {
         );
         hub.register(
             "kv_hints_dropped",
-            "KV hints dropped because the replica's hint bound was reached",
+            "KV hints dropped because the replica's hint bound (keys or bytes) was reached",
             self.hints_dropped.clone(),
         );
         hub.register(
@@ -84,6 +88,11 @@ impl KvMetrics {
             "kv_hints_pending",
             "KV keys with a hint waiting for their replica",
             self.hints_pending.clone(),
+        );
+        hub.register(
+            "kv_hints_pending_bytes",
+            "KV bytes (key + record) of the hints waiting for their replica",
+            self.hints_pending_bytes.clone(),
         );
         hub.register(
             "kv_ae_exchanges",

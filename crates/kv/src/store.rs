@@ -42,7 +42,8 @@ use crate::client::ReplicaClient;
 use crate::config::KvConfig;
 use crate::engine::{now_ns, Engine, EngineSizes, BASE_MEMTABLE_BYTES};
 use crate::error::KvError;
-use crate::hints::Hints;
+use crate::hint_bounds::HintBounds;
+use crate::hints::{Hints, MAX_HINTS_PER_NODE};
 use crate::metrics::KvMetrics;
 use crate::record::Record;
 use crate::ring::Ring;
@@ -108,7 +109,16 @@ impl KvStore {
             engine.write_groups().register(hub.metrics());
             engine.storage_slot().register(hub.metrics());
         }
-        let hints = Arc::new(Hints::new(engine.clone(), nodes, metrics.clone()));
+        let hint_bounds = HintBounds {
+            keys: MAX_HINTS_PER_NODE,
+            bytes: config.max_hint_bytes_per_node,
+        };
+        let hints = Arc::new(Hints::new(
+            engine.clone(),
+            nodes,
+            hint_bounds,
+            metrics.clone(),
+        ));
         if ring.len() > 1 {
             Hints::spawn_replay(&hints, client.clone(), ring.self_index(), replica_timeout);
         }

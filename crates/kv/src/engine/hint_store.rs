@@ -1,0 +1,141 @@
+//! The engine's side of hinted handoff ([`crate::hints`]): the `hints`
+//! keyspace, one hint per node and key, the newest wins. Each call says
+//! how many bytes it added or removed ([`hint_bytes`]), because only here
+//! is a replaced or removed hint's size known: the coordinator keeps a
+//! byte total per node from these answers instead of scanning the disk.
+
+use bytes::Bytes;
+
+use super::Engine;
+use crate::error::KvError;
+use crate::record::Record;
+
+/// A change to a node's hints, in [`hint_bytes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HintChange {
+    /// Bytes of the hint written.
+    pub bytes: u64,
+    /// Bytes of the hint for the same key it replaces; `None` when the
+    /// key had none (the node then has one more key with a hint).
+    pub replaced: Option<u64>,
+}
+
+/// What [`Engine::put_hint`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HintPut {
+    /// Written, making this change.
+    Stored(HintChange),
+    /// A hint at least as new is kept for the key already: nothing
+    /// written, nothing changed.
+    NotNewer,
+    /// The caller's `admit` turned this change down: nothing written.
+    Refused(HintChange),
+}
+
+/// Keys with a hint, and their [`hint_bytes`], of one node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HintTotals {
+    /// Keys with a hint.
+    pub keys: usize,
+    /// Their hints' bytes together.
+    pub bytes: u64,
+}
+
+/// What one hint counts for: its key and its stored record, as written.
+/// The node's URL that prefixes every hint key on disk is left out (it is
+/// the same for all of a node's hints and says nothing about the writes),
+/// and so is the storage engine's own overhead.
+pub fn hint_bytes(key_len: usize, stored_len: usize) -> u64 {
+    (key_len + stored_len) as u64
+}
+
+impl Engine {
+    /// Keeps `record` for `node` to deliver later, unless a hint at least
+    /// as new is kept for the same key already. Before writing, asks
+    /// `admit` whether the change may be made (under the key's lock, so
+    /// the change it sees is the one made).
+    pub fn put_hint(
+        &self,
+        node: &str,
+        key: &[u8],
+        record: &Record,
+        admit: impl FnOnce(HintChange) -> bool,
+    ) -> Result<HintPut, KvError> {
+        let hint_key = hint_key(node, key);
+        let _guard = self.stripe(&hint_key).lock();
+        let current = match self.hints.get(&hint_key)? {
+            Some(v) => Some((Record::decode(Bytes::copy_from_slice(&v))?, v.len())),
+            None => None,
+        };
+        if current.as_ref().is_some_and(|(c, _)| !record.supersedes(c)) {
+            return Ok(HintPut::NotNewer);
+        }
+        let encoded = record.encode();
+        let change = HintChange {
+            bytes: hint_bytes(key.len(), encoded.len()),
+            replaced: current.map(|(_, len)| hint_bytes(key.len(), len)),
+        };
+        if !admit(change) {
+            return Ok(HintPut::Refused(change));
+        }
+        self.hints.insert(&hint_key, encoded.as_ref())?;
+        Ok(HintPut::Stored(change))
+    }
+
+    /// Up to `limit` hints kept for `node`, as (key, record).
+    pub fn hints_for(&self, node: &str, limit: usize) -> Result<Vec<(Bytes, Record)>, KvError> {
+        let prefix = hint_key(node, b"");
+        let mut out = Vec::new();
+        for guard in self.hints.prefix(&prefix).take(limit) {
+            let (k, v) = guard.into_inner()?;
+            let key = Bytes::copy_from_slice(&k[prefix.len()..]);
+            out.push((key, Record::decode(Bytes::copy_from_slice(&v))?));
+        }
+        Ok(out)
+    }
+
+    /// The keys and bytes of the hints kept for `node` (a scan that reads
+    /// every hint: for start-up, and to correct a total found wrong).
+    pub fn hint_totals(&self, node: &str) -> Result<HintTotals, KvError> {
+        let prefix = hint_key(node, b"");
+        let mut totals = HintTotals::default();
+        for guard in self.hints.prefix(&prefix) {
+            let (k, v) = guard.into_inner()?;
+            totals.keys += 1;
+            totals.bytes += hint_bytes(k.len() - prefix.len(), v.len());
+        }
+        Ok(totals)
+    }
+
+    /// Forgets a delivered hint, unless a newer one replaced it meanwhile;
+    /// the [`hint_bytes`] removed, if it was.
+    pub fn remove_hint(
+        &self,
+        node: &str,
+        key: &[u8],
+        delivered: &Record,
+    ) -> Result<Option<u64>, KvError> {
+        let hint_key = hint_key(node, key);
+        let _guard = self.stripe(&hint_key).lock();
+        let stored = match self.hints.get(&hint_key)? {
+            Some(v) => {
+                let same = Record::decode(Bytes::copy_from_slice(&v))? == *delivered;
+                same.then(|| hint_bytes(key.len(), v.len()))
+            }
+            None => None,
+        };
+        if stored.is_some() {
+            self.hints.remove(hint_key)?;
+        }
+        Ok(stored)
+    }
+}
+
+/// A hint's key: the node's URL, a zero byte (URLs have none), the key.
+fn hint_key(node: &str, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(node.len() + 1 + key.len());
+    k.extend_from_slice(node.as_bytes());
+    k.push(0);
+    k.extend_from_slice(key);
+    k
+}
