@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use tidegate_hub::{History, Hub};
+use tokio_util::sync::CancellationToken;
 
 use crate::auth::{Grants, JwtError, JwtVerifier};
 use crate::config::PushConfig;
@@ -35,11 +36,24 @@ pub struct PushContext {
     /// Whether the server is loaded (`busy_write_delay_ms` holds writes
     /// only then).
     pub load: Arc<LoadProbe>,
+    /// Cancelled when the server starts shutting down: every session then
+    /// writes what it holds, tells its client it is going away (so the
+    /// client reconnects elsewhere at once instead of watching a frozen
+    /// link until the listener's drain gives up), and new sessions are
+    /// refused.
+    pub shutdown: CancellationToken,
 }
 
 impl PushContext {
-    /// A context for `hub` and `config`.
+    /// A context for `hub` and `config` that is never told to shut down
+    /// (its sessions end with their connections).
     pub fn new(hub: Hub, config: PushConfig) -> Arc<Self> {
+        Self::with_shutdown(hub, config, CancellationToken::new())
+    }
+
+    /// A context whose sessions close, and which refuses new ones, once
+    /// `shutdown` is cancelled (`tidegate serve` passes its own).
+    pub fn with_shutdown(hub: Hub, config: PushConfig, shutdown: CancellationToken) -> Arc<Self> {
         // `PushConfig::check` refuses a key that does not parse before a
         // server starts; one that slips through verifies nothing.
         let jwt = JwtVerifier::new(config.jwt_secret.as_bytes(), &config.jwt_public_key)
@@ -77,7 +91,13 @@ impl PushContext {
             recovery,
             history,
             cluster_sessions,
+            shutdown,
         })
+    }
+
+    /// Whether the server is shutting down (new sessions are refused).
+    pub fn shutting_down(&self) -> bool {
+        self.shutdown.is_cancelled()
     }
 
     /// Whether events carry cluster offsets and sessions are announced to

@@ -11,6 +11,7 @@
 //!   /v1/publish`.
 //! - [`delivery`]: how a hub message looks on each transport, encoded once.
 //! - [`recovery`]: connection state recovery (offsets, parked sessions).
+//! - [`shutdown`]: sessions told to go away when the server stops.
 
 #![warn(missing_docs)]
 
@@ -24,6 +25,7 @@ pub mod origin;
 pub mod publish;
 pub mod recovery;
 pub mod session;
+pub mod shutdown;
 pub mod socketio;
 pub mod stats;
 pub mod transport;

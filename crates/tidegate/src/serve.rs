@@ -171,9 +171,17 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
             s.run(hub.clone(), shutdown.clone()),
         );
     }
-    // Push is served on [http]; its context is kept for $sys.stats.
-    let push = (http.is_some() && config.push.enabled)
-        .then(|| tidegate_push::PushContext::new(hub.clone(), config.push.clone()));
+    // Push is served on [http]; its context is kept for $sys.stats. Its
+    // sessions close when shutdown starts (their clients reconnect
+    // elsewhere at once), so a connected push client does not hold the
+    // [http] drain for the whole grace.
+    let push = (http.is_some() && config.push.enabled).then(|| {
+        tidegate_push::PushContext::with_shutdown(
+            hub.clone(),
+            config.push.clone(),
+            shutdown.child_token(),
+        )
+    });
     if let Some(l) = http {
         let port = l.local_addr().port();
         let http_secure = config.http.listener.tls.is_some();

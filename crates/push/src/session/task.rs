@@ -13,11 +13,16 @@
 //! With recovery on, a session whose transport is lost is parked
 //! ([`crate::recovery::park`]), and one whose client reconnected elsewhere
 //! hands its state over.
+//!
+//! At server shutdown the session writes what its outbox holds followed by
+//! the close packet `1` (over polling, as the end of the pending GET's
+//! answer), closes a websocket with code 1001, and is parked like a lost
+//! one ([`crate::shutdown`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ws::Message;
+use axum::extract::ws::{CloseFrame, Message};
 use futures::SinkExt;
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
@@ -38,6 +43,8 @@ enum End {
     Fatal(String),
     /// A reconnecting client asked for it.
     TakenOver,
+    /// The server is shutting down.
+    Shutdown,
 }
 
 /// Hub messages moved into the outbox per wake-up at most.
@@ -139,8 +146,22 @@ pub async fn run(
             _ = session.drained(), if take == 0 => {}
             _ = session.writer_ready(), if ws.is_none() => {}
             _ = flush.wait(), if flush.is_armed() => {}
+            _ = ctx.shutdown.cancelled() => break End::Shutdown,
         }
     };
+    let shutting_down = matches!(end, End::Shutdown);
+    if shutting_down {
+        let mut backlog = Vec::new();
+        if let Some(Ok(n)) = app
+            .subscriber()
+            .map(|sub| sub.try_recv_many(&mut backlog, crate::shutdown::BACKLOG))
+        {
+            ctx.stats.delivered(n);
+            app.deliver(&backlog, session.transport(), &mut frames);
+            session.send(frames.drain(..));
+        }
+        go_away(&session, &mut ws, &mut written).await;
+    }
     session.close();
     ctx.sessions.remove(&session.sid);
     // A writer attached after the last look goes with the session.
@@ -148,6 +169,11 @@ pub async fn run(
     match end {
         End::Lost(reason) => {
             debug!(sid = %session.sid, %reason, "engine.io session ended");
+            park(app, &ctx);
+        }
+        End::Shutdown => {
+            debug!(sid = %session.sid, "engine.io session closed: server shutting down");
+            // Not forgotten: in cluster mode another node may recover it.
             park(app, &ctx);
         }
         End::Fatal(reason) => {
@@ -166,7 +192,42 @@ pub async fn run(
     }
     if let Some(mut tx) = ws {
         // Tell the client, briefly: a peer that reads nothing is not waited for.
-        let _ = tokio::time::timeout(CLOSE_FRAME_WAIT, tx.send(Message::Close(None))).await;
+        let frame = shutting_down.then(|| CloseFrame {
+            code: crate::ws::server::CLOSE_GOING_AWAY,
+            reason: crate::shutdown::REASON.into(),
+        });
+        let _ = tokio::time::timeout(CLOSE_FRAME_WAIT, tx.send(Message::Close(frame))).await;
+    }
+}
+
+/// At shutdown, before the session closes (what its hub queue held is in
+/// the outbox already): queues the close packet `1` behind everything
+/// queued and waits, at most [`crate::shutdown::FLUSH_WAIT`], until it is
+/// written — by this task on a websocket, by the pending (or next) GET over
+/// polling — so the client gets what it was sent and learns the server is
+/// going away, instead of a broken connection it might retry here.
+async fn go_away(session: &EngineSession, ws: &mut Option<WsWriter>, written: &mut Vec<Outgoing>) {
+    let deadline = Instant::now() + crate::shutdown::FLUSH_WAIT;
+    session.send_text(&b"1"[..]);
+    loop {
+        if ws.is_none() {
+            // An upgrade may complete meanwhile: the websocket takes it.
+            *ws = session.take_ws_writer();
+        }
+        if let Some(tx) = ws.as_mut() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            write_outbox(tx, session, written, left).await;
+            return;
+        }
+        if session.outbox_len() == 0 {
+            return;
+        }
+        tokio::select! {
+            _ = session.drained() => {}
+            _ = session.writer_ready() => {}
+            _ = session.closed() => return,
+            _ = sleep_until(deadline) => return,
+        }
     }
 }
 

@@ -1,6 +1,9 @@
 //! The Engine.IO endpoint: one handler for `/engine.io/` and `/socket.io/`
 //! that checks the query (400 with the reference's error codes), opens
-//! sessions, and hands requests to [`polling`] or [`websocket`].
+//! sessions, and hands requests to [`polling`] or [`websocket`]. While the
+//! server shuts down, handshakes and upgrades are answered 503
+//! ([`crate::shutdown`]); requests of live sessions go on, so a poll can
+//! still collect the session's close packet.
 
 pub mod polling;
 pub mod websocket;
@@ -90,6 +93,9 @@ async fn route(
         Ok(q) => q,
         Err(e) => return refuse(e),
     };
+    if ctx.shutting_down() && (q.sid.is_none() || q.transport == Transport::WebSocket) {
+        return crate::shutdown::refusal();
+    }
     match (q.sid, q.transport) {
         (None, Transport::Polling) => {
             if method != Method::GET {

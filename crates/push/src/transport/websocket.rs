@@ -105,11 +105,27 @@ async fn probe(socket: &mut WebSocket, s: &EngineSession) -> bool {
 /// `upgraded` holds the in-flight budget bytes the server took for what this
 /// socket read; they go back once each message has been handled.
 async fn run(socket: WebSocket, s: &Arc<EngineSession>, upgraded: Option<UpgradedBytes>) {
-    let (tx, rx) = socket.split();
+    let (tx, mut rx) = socket.split();
     if s.attach_ws_writer(tx).is_ok() {
+        let reading = read_packets(&mut rx, s.clone(), upgraded.as_ref());
         tokio::select! {
-            _ = read_packets(rx, s.clone(), upgraded) => {}
-            _ = s.closed() => {}
+            _ = reading => {}
+            _ = s.closed() => {
+                // The server closed the session (shutdown, ping timeout, …)
+                // and its task sends the close frame. Reading on until the
+                // client's close comes back keeps the socket open for that
+                // handshake: closed at once, with the client's frames still
+                // unread, it ends in a reset, which may cut off the close.
+                let reply = async {
+                    while let Some(Ok(m)) = rx.next().await {
+                        let _handled = upgraded.as_ref().map(UpgradedBytes::release_when_done);
+                        if matches!(m, Message::Close(_)) {
+                            break;
+                        }
+                    }
+                };
+                let _ = tokio::time::timeout(crate::shutdown::CLOSE_REPLY_WAIT, reply).await;
+            }
         }
     }
     s.close();
@@ -118,12 +134,12 @@ async fn run(socket: WebSocket, s: &Arc<EngineSession>, upgraded: Option<Upgrade
 /// Client packets into the session until the client closes, sends a bad
 /// packet, or the session is gone.
 async fn read_packets(
-    mut rx: SplitStream<WebSocket>,
+    rx: &mut SplitStream<WebSocket>,
     s: Arc<EngineSession>,
-    upgraded: Option<UpgradedBytes>,
+    upgraded: Option<&UpgradedBytes>,
 ) {
     while let Some(Ok(msg)) = rx.next().await {
-        let _handled = upgraded.as_ref().map(UpgradedBytes::release_when_done);
+        let _handled = upgraded.map(UpgradedBytes::release_when_done);
         let p = match msg {
             Message::Text(t) => match EioPacket::decode_text(&t) {
                 Ok(p) => p,

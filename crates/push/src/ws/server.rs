@@ -6,7 +6,9 @@
 //! client that has not answered with a pong `ping_timeout_ms` later is
 //! closed (code 1001), so dead connections are reaped — as is one that
 //! leaves a write pending that long (it reads nothing). With recovery on, a
-//! lost connection's session is parked for its client to recover.
+//! lost connection's session is parked for its client to recover. At server
+//! shutdown the connection writes what it holds and closes with code 1001
+//! ([`crate::shutdown`]); a new one is refused with 503.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +19,7 @@ use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
+use futures::stream::{SplitSink, SplitStream};
 use futures::{SinkExt, StreamExt};
 use tidegate_hub::UpgradedBytes;
 use tokio::time::{sleep_until, Instant};
@@ -33,7 +36,8 @@ use crate::session::task::DELIVERY_BATCH;
 
 /// WebSocket close code "policy violation": a slow consumer, a refused token.
 pub const CLOSE_POLICY: u16 = 1008;
-/// WebSocket close code "going away": no pong within the ping timeout.
+/// WebSocket close code "going away": no pong within the ping timeout, or
+/// the server shutting down.
 pub const CLOSE_GOING_AWAY: u16 = 1001;
 
 /// `GET /ws`.
@@ -49,6 +53,9 @@ pub async fn handle(
     // page learns why whatever else is wrong with its request.
     if let Err(refusal) = crate::origin::check(&ctx.config, &headers) {
         return refusal.into_response();
+    }
+    if ctx.shutting_down() {
+        return crate::shutdown::refusal();
     }
     let ws = match ws {
         Ok(ws) => ws,
@@ -103,6 +110,8 @@ enum End {
     Closed,
     /// A reconnecting client took the session over.
     TakenOver,
+    /// The server is shutting down: write what is held, then close 1001.
+    Shutdown,
 }
 
 /// `upgraded` holds the in-flight budget bytes the server took for what
@@ -195,14 +204,32 @@ async fn serve(
                 break End::Lost;
             }
             _ = flush.wait(), if flush.is_armed() => {}
+            _ = ctx.shutdown.cancelled() => break End::Shutdown,
             _ = async { handle.as_ref().expect("guarded").requested().await }, if handle.is_some() => {
                 send_timed(&mut tx, close(CLOSE_POLICY, "session recovered by another connection".into()), timeout).await;
                 break End::TakenOver;
             }
         }
     };
+    if matches!(end, End::Shutdown) {
+        // What the hub already queued for this client goes out before the
+        // close, as if the loop had gone on a little.
+        if let Ok(n) = session
+            .subscriber()
+            .try_recv_many(&mut batch, crate::shutdown::BACKLOG)
+        {
+            ctx.stats.delivered(n);
+            session.deliver(&batch, &mut out);
+        }
+    }
     let mut app = App::Json(Box::new(session));
     match end {
+        End::Shutdown => {
+            go_away(tx, rx, out, upgraded.as_ref()).await;
+            // Kept like a lost connection's: in cluster mode the client
+            // may still recover it on another node.
+            park(app, &ctx)
+        }
         End::Lost => park(app, &ctx),
         End::Closed => {}
         End::TakenOver => {
@@ -212,4 +239,35 @@ async fn serve(
             }
         }
     }
+}
+
+/// At shutdown: writes the frames `out` holds, then a close frame 1001, and
+/// waits briefly for the client's close in return (the close handshake),
+/// each bounded so a client that reads nothing does not hold the drain.
+async fn go_away(
+    mut tx: SplitSink<WebSocket, Message>,
+    mut rx: SplitStream<WebSocket>,
+    out: Vec<JsonOut>,
+    upgraded: Option<&UpgradedBytes>,
+) {
+    use crate::shutdown::{CLOSE_REPLY_WAIT, FLUSH_WAIT, REASON};
+    let write = async {
+        for o in out {
+            tx.feed(frame(o)).await?;
+        }
+        tx.send(close(CLOSE_GOING_AWAY, REASON.into())).await
+    };
+    if !matches!(tokio::time::timeout(FLUSH_WAIT, write).await, Ok(Ok(()))) {
+        debug!("/ws client read nothing of its last frames at shutdown");
+        return;
+    }
+    let reply = async {
+        while let Some(Ok(m)) = rx.next().await {
+            let _handled = upgraded.map(UpgradedBytes::release_when_done);
+            if matches!(m, Message::Close(_)) {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(CLOSE_REPLY_WAIT, reply).await;
 }
