@@ -9,6 +9,7 @@
   const HISTORY = 120; // points per chart: two minutes at one report a second
   const MAX_ROWS = 200; // inspector rows kept
   const PREVIEW = 512; // payload characters shown per row
+  const STABLE_MS = 5000; // open this long, a connection counts as working
   const COLORS = ["#4cc2ff", "#ffb347", "#7bd88f", "#ff6b8b", "#c39bff", "#f7e463"];
 
   const $ = (id) => document.getElementById(id);
@@ -21,20 +22,30 @@
   }
 
   // A WebSocket that reconnects (1 s, doubling to 10 s) and replays
-  // `onOpen` each time, so subscriptions come back after a restart.
+  // `onOpen` each time, so subscriptions come back after a restart. The
+  // delay goes back to 1 s only once a connection has proved to work — its
+  // handler calls `healthy()` (passed to `onFrame`) on what it asked for,
+  // or it stays open STABLE_MS —, not on every open: a server that accepts
+  // and closes at once would otherwise be asked again every second forever.
   function connect(handlers) {
     let delay = 1000;
     let ws = null;
+    let stable = null;
+    const healthy = () => {
+      clearTimeout(stable);
+      delay = 1000;
+    };
     function open() {
       ws = new WebSocket(wsUrl());
       ws.binaryType = "arraybuffer";
       ws.onopen = () => {
-        delay = 1000;
+        stable = setTimeout(healthy, STABLE_MS);
         handlers.onState(true);
         handlers.onOpen(ws);
       };
-      ws.onmessage = (ev) => handlers.onFrame(ev.data);
+      ws.onmessage = (ev) => handlers.onFrame(ev.data, healthy);
       ws.onclose = (ev) => {
+        clearTimeout(stable);
         handlers.onState(false, ev.reason);
         setTimeout(open, delay);
         delay = Math.min(delay * 2, 10000);
@@ -221,21 +232,36 @@
     for (const c of Object.values(charts)) c.draw();
   }
 
+  // The link badge: "up" (live), "down" (disconnected, retrying) or
+  // "refused" (connected, but $sys.stats is not allowed: nothing will come).
+  function showLink(state, text) {
+    const el = $("link");
+    el.className = "link " + (state === "up" ? "up" : "down");
+    el.dataset.state = state;
+    el.textContent = text;
+  }
+
   connect({
     onState(up, reason) {
-      const el = $("link");
-      el.className = "link " + (up ? "up" : "down");
-      el.dataset.state = up ? "up" : "down";
-      el.textContent = up ? "live" : "disconnected" + (reason ? ": " + reason : "") + " — retrying";
+      showLink(up ? "up" : "down", up ? "live" : "disconnected" + (reason ? ": " + reason : "") + " — retrying");
     },
     onOpen(ws) {
       ws.send(JSON.stringify({ op: "subscribe", id: 1, patterns: ["$sys.stats"] }));
     },
-    onFrame(data) {
+    onFrame(data, healthy) {
       if (typeof data !== "string") return;
       let m;
       try { m = JSON.parse(data); } catch (e) { return; }
-      if (m.op === "message" && m.topic === "$sys.stats" && m.payload && m.payload.hub) onStats(m.payload);
+      if (m.op === "message" && m.topic === "$sys.stats" && m.payload && m.payload.hub) {
+        healthy();
+        onStats(m.payload);
+      } else if (m.op === "subscribed" && m.id === 1 && m.refused && m.refused.length) {
+        // A token whose `subscribe` claim does not cover $sys.stats: say so,
+        // rather than "live" over tiles that never fill.
+        showLink("refused", "$sys.stats refused: " + m.refused[0].reason);
+      } else if (m.op === "error" && m.id === 1) {
+        showLink("refused", "$sys.stats: " + m.reason);
+      }
     },
   });
 
@@ -286,7 +312,7 @@
     onOpen(ws) {
       if (patterns.size) ws.send(JSON.stringify({ op: "subscribe", id: nextId++, patterns: [...patterns] }));
     },
-    onFrame(data) {
+    onFrame(data, healthy) {
       if (typeof data !== "string") {
         if (pendingBinary) addRow(pendingBinary.topic, pendingBinary.offset, hex(data));
         pendingBinary = null;
@@ -294,6 +320,8 @@
       }
       let m;
       try { m = JSON.parse(data); } catch (e) { return; }
+      // Anything but the `session` greeting (recovery on) answers this page.
+      if (m.op !== "session") healthy();
       if (m.op === "message") {
         if (m.binary) pendingBinary = m;
         else addRow(m.topic, m.offset, preview(m.payload));
