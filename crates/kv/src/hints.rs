@@ -57,6 +57,7 @@ use crate::client::{ReplicaClient, BATCH_PATH};
 use crate::engine::{Engine, HintPut};
 use crate::error::KvError;
 use crate::hint_bounds::{Exceeded, HintBounds, HintLedger};
+use crate::log_every::LogEvery;
 use crate::metrics::KvMetrics;
 use crate::record::Record;
 
@@ -72,6 +73,8 @@ pub const MAX_LOST_ROUNDS: u32 = 3;
 pub const MAX_LOST_IN_A_ROW: usize = 8;
 /// Hints read from disk per step of a replay (each is sent on its own).
 const REPLAY_BATCH: usize = 256;
+/// At most one "hint dropped" warning per node this often.
+const DROP_WARNING_EVERY: Duration = Duration::from_secs(10);
 /// Largest answer read for one offered hint (one reply entry is one byte).
 const MAX_OFFER_ANSWER_BYTES: usize = 1024;
 
@@ -108,6 +111,9 @@ pub struct Hints {
     lost: Mutex<HashMap<(usize, Bytes), (u64, u32)>>,
     /// Stored, delivered, dropped and pending hints.
     metrics: KvMetrics,
+    /// The "hint dropped" warning, per node: while a node is away with
+    /// its bound full, every write to it drops one.
+    drop_warnings: Vec<Mutex<LogEvery>>,
 }
 
 impl Hints {
@@ -135,9 +141,13 @@ impl Hints {
                 ))
             })
             .collect();
+        let drop_warnings = (0..nodes.len())
+            .map(|_| Mutex::new(LogEvery::new(DROP_WARNING_EVERY)))
+            .collect();
         Hints {
             engine,
             nodes,
+            drop_warnings,
             bounds,
             ledgers,
             lost: Mutex::new(HashMap::new()),
@@ -173,14 +183,22 @@ impl Hints {
             Ok(HintPut::Refused(change)) => {
                 drop(ledger);
                 self.metrics.hints_dropped.inc();
-                tracing::warn!(
-                    node = %self.nodes[node],
-                    bound = exceeded.map_or("", Exceeded::as_str),
-                    hint_bytes = change.bytes,
-                    pending_keys = totals.keys,
-                    pending_bytes = totals.bytes,
-                    "kv: hint dropped, it would take the node past its hint bound"
-                );
+                let unlogged = self.drop_warnings[node]
+                    .lock()
+                    .occurred(std::time::Instant::now());
+                if let Some(unlogged) = unlogged {
+                    tracing::warn!(
+                        node = %self.nodes[node],
+                        bound = exceeded.map_or("", Exceeded::as_str),
+                        hint_bytes = change.bytes,
+                        pending_keys = totals.keys,
+                        pending_bytes = totals.bytes,
+                        dropped_unlogged = unlogged,
+                        "kv: hint dropped, it would take the node past its hint bound \
+                         (one warning per {} s; tidegate_kv_hints_dropped_total counts them all)",
+                        DROP_WARNING_EVERY.as_secs()
+                    );
+                }
             }
             Err(e) => tracing::error!(error = %e, "kv: storing a hint failed"),
         }

@@ -32,6 +32,7 @@ pub mod entry_stream;
 pub mod error;
 pub mod hint_bounds;
 pub mod hints;
+pub mod log_every;
 pub mod merkle;
 pub mod metrics;
 pub mod record;
