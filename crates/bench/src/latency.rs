@@ -54,6 +54,18 @@ impl LatencyRecorder {
         self.record_ns(d.as_nanos().min(u64::MAX as u128) as u64);
     }
 
+    /// Records the latency `d` `n` times at once (many requests known to
+    /// be at least that late).
+    pub fn record_n(&mut self, d: std::time::Duration, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let ns = (d.as_nanos().min(MAX_NS as u128) as u64).max(1);
+        self.hist
+            .get_or_insert_with(empty_histogram)
+            .saturating_record_n(ns, n);
+    }
+
     /// Adds every value of `other` (per-connection recorders merged at the end).
     pub fn merge(&mut self, other: &LatencyRecorder) {
         if let Some(h) = &other.hist {
@@ -213,6 +225,18 @@ mod tests {
         for (x, y) in [(a.p50, l.p50), (a.max, l.max), (a.mean, l.mean)] {
             assert!((x - y - 500_000.0).abs() < 0.002 * x, "{a:?} {l:?}");
         }
+    }
+
+    #[test]
+    fn a_value_recorded_n_times_counts_n_times_beside_buffered_ones() {
+        let mut r = LatencyRecorder::default();
+        r.record_ns(1_000);
+        r.record_n(std::time::Duration::from_secs(2), 3);
+        r.record_n(std::time::Duration::from_secs(9), 0);
+        assert_eq!(r.count(), 4);
+        let s = r.summary_us().unwrap();
+        assert!((s.max - 2_000_000.0).abs() < 2_000.0, "{s:?}");
+        assert!((s.p50 - 2_000_000.0).abs() < 2_000.0, "{s:?}");
     }
 
     #[test]

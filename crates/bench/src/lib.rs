@@ -6,7 +6,8 @@
 //! - [`latency`]: HdrHistogram recording and the percentile summary;
 //! - [`report`]: the common `--json` object and table helpers;
 //! - [`server`] / [`target`]: spawn `tidegate serve` on free ports or drive
-//!   `--target`; [`sampler`]: CPU % and RSS from /proc;
+//!   `--target`; [`sampler`]: CPU % and RSS from /proc, the CPU over the
+//!   measured window (read at its start and end);
 //! - [`progress`]: a once-a-second progress line on a terminal.
 //!
 //! Every scenario reports `rate` the same way: events delivered per second
@@ -29,7 +30,7 @@ pub use latency::{LatencyRecorder, LatencySummary};
 pub use pacer::Schedule;
 pub use progress::Progress;
 pub use report::{Report, Window};
-pub use sampler::{ProcessStats, Sampler};
+pub use sampler::{CpuOver, CpuWindow, Marker, ProcessStats, Sampler, TimedWindow};
 pub use scenarios::Scenario;
 pub use server::{ServerAddrs, ServerUnderTest};
 pub use target::{CommonArgs, Target};

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::latency::LatencySummary;
-use crate::sampler::ProcessStats;
+use crate::sampler::{CpuOver, ProcessStats};
 
 /// What was counted inside a scenario's measured window — the one place every
 /// scenario's three rates come from, so `rate` means the same everywhere.
@@ -185,14 +185,17 @@ impl Report {
         }
         let server = if self.server.measured() {
             let mut line = format!(
-                "server: cpu avg {:.0}% max {:.0}%  rss max {} KiB",
-                self.server.cpu_pct_avg, self.server.cpu_pct_max, self.server.rss_kb_max
+                "server: cpu {}  rss max {} KiB",
+                cpu_text(&self.server, true),
+                self.server.rss_kb_max
             );
             // CPU per delivered unit: what compares across runs on a
-            // shared machine when rates do not.
+            // shared machine when rates do not. Only the window's CPU over
+            // the window's rate: a whole run's CPU (start-up, warm-up,
+            // drain) over the window's rate would be neither.
             if let Some(rate) = self.rate.filter(|r| *r > 0.0) {
-                if self.server.cpu_pct_avg > 0.0 {
-                    let us = self.server.cpu_pct_avg / 100.0 * 1e6 / rate;
+                if let Some(cpu) = self.server.window_cpu_avg().filter(|c| *c > 0.0) {
+                    let us = cpu / 100.0 * 1e6 / rate;
                     line.push_str(&format!("  ~{us:.1} µs cpu per {unit}"));
                 }
             }
@@ -202,8 +205,9 @@ impl Report {
         };
         let client = if self.client.measured() {
             format!(
-                "cpu avg {:.0}%  rss max {} KiB",
-                self.client.cpu_pct_avg, self.client.rss_kb_max
+                "cpu {}  rss max {} KiB",
+                cpu_text(&self.client, false),
+                self.client.rss_kb_max
             )
         } else {
             "cpu avg -  rss max -".to_owned()
@@ -227,6 +231,28 @@ impl Report {
             None => Ok(()),
         }
     }
+}
+
+/// A process's CPU figures and the span they cover: "avg 40% max 55%
+/// over the measured window (10.00 s)"; `-` when its CPU was not
+/// measured. `with_max` adds the one-second maximum.
+fn cpu_text(p: &ProcessStats, with_max: bool) -> String {
+    let Some(over) = p.cpu_over else {
+        return "avg - (no span of 0.1 s or more to time it over)".to_owned();
+    };
+    let max = if with_max {
+        format!(" max {:.0}%", p.cpu_pct_max)
+    } else {
+        String::new()
+    };
+    let span = match over {
+        CpuOver::MeasuredWindow => "over the measured window",
+        CpuOver::WholeRun => "over the whole run: no window marked",
+    };
+    format!(
+        "avg {:.0}%{max} ({span}, {:.2} s)",
+        p.cpu_pct_avg, p.cpu_span_s
+    )
 }
 
 /// Seed 002's latency table: "~one way" (RTT/2) and round trip, microseconds.
@@ -319,10 +345,27 @@ mod tests {
         assert!(human.contains("sent rate 450 record/s"), "{human}");
         assert!(human.contains("rate (delivered) 400 record/s"), "{human}");
         r.server.cpu_pct_avg = 50.0;
-        r.server.samples = 1;
+        r.server.cpu_pct_max = 70.0;
+        r.server.cpu_over = Some(CpuOver::MeasuredWindow);
+        r.server.cpu_span_s = 2.0;
+        r.server.samples = 3;
         let human = r.summary_lines();
         // Half a core for 400 records/s: 1,250 µs each.
         assert!(human.contains("~1250.0 µs cpu per record"), "{human}");
+        assert!(
+            human.contains("server: cpu avg 50% max 70% (over the measured window, 2.00 s)"),
+            "{human}"
+        );
+        // A whole run's CPU is said to be one, and not divided by the
+        // window's rate.
+        r.server.cpu_over = Some(CpuOver::WholeRun);
+        let human = r.summary_lines();
+        assert!(human.contains("over the whole run"), "{human}");
+        assert!(!human.contains("cpu per record"), "{human}");
+        // Sampled, but no CPU span (one reading): no CPU figure of 0.
+        r.server.cpu_over = None;
+        let human = r.summary_lines();
+        assert!(human.contains("server: cpu avg - (no span"), "{human}");
         assert!(v["failure"].is_null(), "{v}");
     }
 

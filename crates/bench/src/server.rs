@@ -1,7 +1,7 @@
 //! The server under test: with no `--target`, a scenario starts
 //! `tidegate serve` as a child process (this same executable) with every
 //! listener on a free loopback port, samples its CPU and RSS, and stops it at
-//! the end.
+//! the end, reporting its CPU over the measured window the scenario marked.
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use crate::sampler::{ProcessStats, Sampler};
+use crate::sampler::{CpuWindow, Marker, ProcessStats, Sampler};
 
 /// How long a child server may take to open its ports.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -149,13 +149,26 @@ impl ServerUnderTest {
         self.child.id()
     }
 
+    /// Marks instants on its sampler (the measured window's start and end).
+    pub fn marker(&self) -> Marker {
+        self.sampler
+            .as_ref()
+            .map(Sampler::marker)
+            .unwrap_or_default()
+    }
+
     /// Stops sampling, sends SIGTERM, waits for exit (SIGKILL after 10 s) and
-    /// returns the CPU/RSS seen during the run. Fails, naming its exit
-    /// status, if the server had already exited before it was asked to
-    /// stop: whatever the run measured, it did not measure a live server.
-    pub fn stop(mut self) -> anyhow::Result<ProcessStats> {
+    /// returns the CPU/RSS seen during the run, the CPU over `window` (else
+    /// over the whole run, saying so). Fails, naming its exit status, if
+    /// the server had already exited before it was asked to stop: whatever
+    /// the run measured, it did not measure a live server.
+    pub fn stop(mut self, window: Option<CpuWindow>) -> anyhow::Result<ProcessStats> {
         let exited = exited_early(&mut self.child, "`tidegate serve`");
-        let stats = self.sampler.take().map(Sampler::finish).unwrap_or_default();
+        let stats = self
+            .sampler
+            .take()
+            .map(|s| s.finish_over(window))
+            .unwrap_or_default();
         self.terminate();
         exited?;
         Ok(stats)
@@ -326,13 +339,13 @@ mod tests {
         let s = under_test(Command::new("sh").args(["-c", "exit 3"]).spawn().unwrap());
         // Let it exit (unreaped: try_wait in stop() sees it).
         std::thread::sleep(Duration::from_millis(200));
-        let e = format!("{:#}", s.stop().unwrap_err());
+        let e = format!("{:#}", s.stop(None).unwrap_err());
         assert!(e.contains("exited during the run"), "{e}");
         assert!(e.contains("exit status: 3"), "{e}");
 
         let s = under_test(Command::new("sleep").arg("30").spawn().unwrap());
         let t = Instant::now();
-        let stats = s.stop().expect("a live server stops cleanly");
+        let stats = s.stop(None).expect("a live server stops cleanly");
         assert!(stats.measured(), "{stats:?}");
         assert!(t.elapsed() < Duration::from_secs(5));
     }

@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use crate::sampler::ProcessStats;
+use crate::sampler::{CpuWindow, Marker, ProcessStats};
 use crate::server::{ServerAddrs, ServerUnderTest};
 
 /// Options every scenario accepts.
@@ -45,13 +45,23 @@ impl Target {
         }
     }
 
-    /// Stops a spawned server and returns its resource figures (not
-    /// measured, `samples` 0, for an external target, which this process
-    /// cannot see). Fails if the spawned server exited before it was asked
-    /// to stop (it died during the run), naming its exit status.
-    pub fn finish(self) -> anyhow::Result<ProcessStats> {
+    /// Marks instants on a spawned server's sampler (an external target's
+    /// marker marks nothing: it is not sampled).
+    pub fn marker(&self) -> Marker {
         match self {
-            Target::Spawned(s) => s.stop(),
+            Target::Spawned(s) => s.marker(),
+            Target::External(_) => Marker::default(),
+        }
+    }
+
+    /// Stops a spawned server and returns its resource figures, its CPU
+    /// over the measured `window` (not measured, `samples` 0, for an
+    /// external target, which this process cannot see). Fails if the
+    /// spawned server exited before it was asked to stop (it died during
+    /// the run), naming its exit status.
+    pub fn finish(self, window: Option<CpuWindow>) -> anyhow::Result<ProcessStats> {
+        match self {
+            Target::Spawned(s) => s.stop(window),
             Target::External(_) => Ok(ProcessStats::default()),
         }
     }

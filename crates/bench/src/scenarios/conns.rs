@@ -25,7 +25,8 @@
 //! it within [`CLOSED_AT_ONCE`]: a connection limit), and closed by the
 //! server later (its read or idle timeouts), with when. The common report's
 //! rate is connections opened per second while opening, its latency the
-//! time to open one (connect, handshake, first bytes written).
+//! time to open one (connect, handshake, first bytes written); the server's
+//! and client's CPU cover the same opening span.
 //!
 //! Not a throughput test: nothing here carries events.
 
@@ -46,7 +47,7 @@ use tokio::sync::{watch, Semaphore};
 use self::frames::StalledFrame;
 use crate::latency::LatencyRecorder;
 use crate::report::{percentile_table, Report, Window};
-use crate::sampler::{rss_kb, Sampler};
+use crate::sampler::{rss_kb, CpuWindow, Sampler};
 use crate::server::{ServerAddrs, ServerUnderTest};
 use crate::{CommonArgs, Target};
 
@@ -258,6 +259,7 @@ pub async fn run(args: &ConnsArgs) -> anyhow::Result<()> {
     };
     let plan = Arc::new(plan(args, &target).await?);
     let client_sampler = Sampler::start_self(Duration::from_secs(1));
+    let marker = target.marker().and(&client_sampler.marker());
 
     // Let the server's start-up settle, then the baseline.
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -267,6 +269,7 @@ pub async fn run(args: &ConnsArgs) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let opening = Arc::new(Semaphore::new(args.connect_concurrency));
     let (opened_tx, mut opened_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let open_mark = marker.mark();
     let open_start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..args.connections {
@@ -286,6 +289,11 @@ pub async fn run(args: &ConnsArgs) -> anyhow::Result<()> {
         attempts_done += 1;
     }
     let open_end = Instant::now();
+    // The window the rate covers: the opening, as marked around it.
+    let cpu_window = Some(CpuWindow {
+        from: open_mark,
+        to: marker.mark(),
+    });
     let hold_end = open_end + Duration::from_secs_f64(args.duration);
     let settle_end = open_end + Duration::from_secs_f64(args.settle.min(args.duration));
 
@@ -319,8 +327,8 @@ pub async fn run(args: &ConnsArgs) -> anyhow::Result<()> {
     }
     tokio::time::sleep(AFTER_CLOSE).await;
     let rss_after_close = pid.and_then(rss_kb);
-    let client = client_sampler.finish();
-    let server = tokio::task::spawn_blocking(move || target.finish()).await??;
+    let client = client_sampler.finish_over(cpu_window);
+    let server = tokio::task::spawn_blocking(move || target.finish(cpu_window)).await??;
 
     let summary = Summary::of(&records);
     let rss = RssFigures {

@@ -6,9 +6,12 @@
 //! every wake-up writes all frames due by then in one write. Every
 //! `--respond-every`-th frame asks for a reply; a receiver thread records the
 //! round trip of each reply (receive time − scheduled send time) in an
-//! HdrHistogram once the first `--warmup` replies have been skipped. The
-//! report is the seed's table ("~one way" = RTT / 2, and round trip) plus the
-//! common JSON object.
+//! HdrHistogram once the first `--warmup` replies have been skipped; an
+//! asked reply that never comes (by `DRAIN_TIMEOUT` after the last send, or
+//! the server closing) is counted (`missing_replies`) and recorded with its
+//! latency from its scheduled send to when the receiver gave up
+//! (`tally`). The report is the seed's table ("~one way" = RTT / 2, and
+//! round trip) plus the common JSON object.
 //!
 //! With `--busy-poll` one thread does both (`busy`), as AsyncTCP's client
 //! does: it never sleeps, writes what is due and reads what has arrived on
@@ -19,7 +22,10 @@
 //! the last message. Within it, the offered rate counts messages due, the
 //! sent rate messages written, and the rate messages delivered — the server
 //! handles one connection's frames in order, so a reply to message `n`
-//! received inside the window confirms every message up to `n`.
+//! received inside the window confirms every message up to `n`. The
+//! server's and client's CPU are read at the window's start and end.
+
+mod tally;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -29,11 +35,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use bytes::BytesMut;
-use tidegate_wire::codec::{decode_frame, encode_echo};
-use tidegate_wire::{Echo, Frame};
+use tidegate_wire::codec::encode_echo;
+use tidegate_wire::Echo;
 
+use self::tally::{Received, ReplyTally};
 use crate::latency::LatencyRecorder;
 use crate::report::one_way_round_trip_table;
+use crate::sampler::{CpuWindow, Marker, TimedWindow};
 use crate::{CommonArgs, Progress, Report, Sampler, Schedule, Target, Window};
 
 /// How long the receiver waits for missing replies after the last send.
@@ -41,8 +49,6 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most bytes one sender write carries (a sender that fell behind catches up
 /// in writes of this size).
 const MAX_WRITE: usize = 256 * 1024;
-/// Largest frame the receiver accepts.
-const MAX_REPLY_FRAME: usize = 1 << 20;
 
 /// Parameters of the echo scenario (seed 002's names).
 #[derive(Debug, Clone, clap::Args)]
@@ -94,16 +100,18 @@ pub async fn run(args: &EchoArgs) -> anyhow::Result<()> {
     let addr = target.addr(|a| a.wire);
     let params = args.clone();
     let client_sampler = Sampler::start(std::process::id(), Duration::from_secs(1));
+    let marker = target.marker().and(&client_sampler.marker());
     let outcome = tokio::task::spawn_blocking(move || {
         if params.busy_poll {
-            busy::drive(addr, &params)
+            busy::drive(addr, &params, &marker)
         } else {
-            drive(addr, &params)
+            drive(addr, &params, &marker)
         }
     })
     .await?;
-    let client = client_sampler.finish();
-    let server = tokio::task::spawn_blocking(move || target.finish()).await??;
+    let window = outcome.as_ref().ok().and_then(|o| o.cpu_window);
+    let client = client_sampler.finish_over(window);
+    let server = tokio::task::spawn_blocking(move || target.finish(window)).await??;
     let outcome = outcome?;
     let anchor = if args.anchor {
         let a = args.clone();
@@ -141,6 +149,7 @@ pub async fn run(args: &EchoArgs) -> anyhow::Result<()> {
     report.client = client;
     report.extra = serde_json::json!({
         "measurements": outcome.rtt.count(),
+        "late_replies_recorded": outcome.late_replies,
         "expected_replies": outcome.expected_replies,
         "measured_span_ms": outcome.measured_span.as_secs_f64() * 1000.0,
         "send_duration_s": outcome.send_duration.as_secs_f64(),
@@ -157,7 +166,7 @@ pub async fn run(args: &EchoArgs) -> anyhow::Result<()> {
 
     let human = format!(
         "Scenario: target {addr}, sendingRatePerSecond {}, skippedWarmUpResponses {}, messagesSent {}, {} expected responses with a response rate 1 for {}, extra data {} bytes\n\n\
-         Based on {} measurements.\n\
+         Based on {} measurements{}.\n\
          It took {} ms between the first measured message sent and the last received\n\
          {}; worst sender lag behind schedule {:.0} µs\n\n{}",
         args.rate,
@@ -167,6 +176,12 @@ pub async fn run(args: &EchoArgs) -> anyhow::Result<()> {
         args.respond_every,
         args.extra_bytes,
         outcome.rtt.count(),
+        match outcome.late_replies {
+            0 => String::new(),
+            n => format!(
+                " ({n} of them replies that never came, recorded up to when the receiver gave up)"
+            ),
+        },
         outcome.measured_span.as_millis(),
         window_line(&report),
         outcome.max_send_lag.as_secs_f64() * 1e6,
@@ -210,9 +225,14 @@ struct Outcome {
     /// From the scheduled send of the first measured message to the last reply.
     measured_span: Duration,
     max_send_lag: Duration,
+    /// Round trips, the replies that never came included (late).
     rtt: LatencyRecorder,
+    /// Measured replies that never came.
+    late_replies: u64,
     /// Counts of the measured window.
     window: Window,
+    /// The measured window as marked on the samplers.
+    cpu_window: Option<CpuWindow>,
 }
 
 /// The measured window of a run, in offsets from the start of the schedule
@@ -228,6 +248,12 @@ struct EchoWindow {
 }
 
 impl EchoWindow {
+    /// Marks the window on `marker`'s samplers when it comes, the schedule
+    /// starting at `start`.
+    fn mark(&self, marker: &Marker, start: Instant) -> TimedWindow {
+        TimedWindow::spawn(marker, start + self.from, start + self.to)
+    }
+
     fn of(args: &EchoArgs) -> Self {
         let first = args
             .warmup
@@ -243,7 +269,7 @@ impl EchoWindow {
 }
 
 /// Connects and runs the sender and receiver threads to completion.
-fn drive(addr: SocketAddr, args: &EchoArgs) -> anyhow::Result<Outcome> {
+fn drive(addr: SocketAddr, args: &EchoArgs, marker: &Marker) -> anyhow::Result<Outcome> {
     let stream = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
     stream.set_nodelay(true)?;
     let reader = stream.try_clone()?;
@@ -252,24 +278,17 @@ fn drive(addr: SocketAddr, args: &EchoArgs) -> anyhow::Result<Outcome> {
     let start = Instant::now();
     let expected_replies = args.messages.div_ceil(args.respond_every);
     let window = EchoWindow::of(args);
+    let cpu_window = window.mark(marker, start);
 
     let receiver = std::thread::Builder::new()
         .name("echo-receiver".into())
         .spawn({
             let (progress, done) = (progress.clone(), sender_done.clone());
-            let warmup = args.warmup;
+            let tally = ReplyTally::new(start, args, window.to);
             let cpu = args.cpu;
             move || {
                 pin(cpu);
-                receive(
-                    reader,
-                    start,
-                    warmup,
-                    expected_replies,
-                    window.to,
-                    &progress,
-                    &done,
-                )
+                receive(reader, tally, expected_replies, &progress, &done)
             }
         })?;
     pin(args.cpu);
@@ -296,7 +315,9 @@ fn drive(addr: SocketAddr, args: &EchoArgs) -> anyhow::Result<Outcome> {
         measured_span: r.measured_span,
         max_send_lag: sent.max_lag,
         rtt: r.rtt,
+        late_replies: r.late,
         window: counts,
+        cpu_window: cpu_window.finish(),
     })
 }
 
@@ -367,17 +388,6 @@ fn send(
     })
 }
 
-/// What the receiver saw.
-struct Received {
-    replies: u64,
-    /// Messages confirmed by replies received by the end of the window (the
-    /// highest echoed sequence number plus one).
-    confirmed_in_window: u64,
-    server_errors: u64,
-    measured_span: Duration,
-    rtt: LatencyRecorder,
-}
-
 /// Pins the calling thread when `--cpu` is set (a warning otherwise).
 fn pin(cpu: Option<usize>) {
     if let Some(cpu) = cpu {
@@ -387,103 +397,19 @@ fn pin(cpu: Option<usize>) {
     }
 }
 
-/// Decodes replies and records their round trips (both client shapes).
-struct ReplyTally {
-    start: Instant,
-    warmup: u64,
-    window_end: Duration,
-    buf: BytesMut,
-    rtt: LatencyRecorder,
-    replies: u64,
-    server_errors: u64,
-    confirmed_in_window: u64,
-    first_measured: Option<i64>,
-    last_receive: Duration,
-}
-
-impl ReplyTally {
-    fn new(start: Instant, warmup: u64, window_end: Duration) -> Self {
-        ReplyTally {
-            start,
-            warmup,
-            window_end,
-            buf: BytesMut::with_capacity(64 * 1024),
-            rtt: LatencyRecorder::default(),
-            replies: 0,
-            server_errors: 0,
-            confirmed_in_window: 0,
-            first_measured: None,
-            last_receive: Duration::ZERO,
-        }
-    }
-
-    /// Takes bytes just read (at one receive time) and records every
-    /// complete reply.
-    fn on_bytes(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
-        let now = self.start.elapsed();
-        self.buf.extend_from_slice(bytes);
-        while let Some(frame) =
-            decode_frame(&mut self.buf, MAX_REPLY_FRAME).context("decoding a reply")?
-        {
-            match frame {
-                Frame::Echo(e) => {
-                    self.replies += 1;
-                    if now <= self.window_end {
-                        self.confirmed_in_window = self
-                            .confirmed_in_window
-                            .max(e.correlation_id.max(-1) as u64 + 1);
-                    }
-                    if self.replies > self.warmup {
-                        let rtt_ns = now.as_nanos() as i64 - e.send_time_ns;
-                        self.rtt.record_ns(rtt_ns.max(1) as u64);
-                        self.first_measured.get_or_insert(e.send_time_ns);
-                        self.last_receive = now;
-                    }
-                }
-                Frame::Error(e) => {
-                    self.server_errors += 1;
-                    tracing::warn!("server error {:?}: {}", e.code, e.message);
-                }
-                _ => {}
-            }
-        }
-        Ok(())
-    }
-
-    fn finish(self) -> Received {
-        let measured_span = self
-            .first_measured
-            .map(|t| {
-                self.last_receive
-                    .saturating_sub(Duration::from_nanos(t.max(0) as u64))
-            })
-            .unwrap_or_default();
-        Received {
-            replies: self.replies,
-            confirmed_in_window: self.confirmed_in_window,
-            server_errors: self.server_errors,
-            measured_span,
-            rtt: self.rtt,
-        }
-    }
-}
-
 /// Reads replies until all are in, or `DRAIN_TIMEOUT` after the sender
 /// finished.
 fn receive(
     mut s: TcpStream,
-    start: Instant,
-    warmup: u64,
+    mut tally: ReplyTally,
     expected: u64,
-    window_end: Duration,
     progress: &Progress,
     sender_done: &AtomicBool,
 ) -> anyhow::Result<Received> {
     s.set_read_timeout(Some(Duration::from_millis(100)))?;
     let mut chunk = vec![0u8; 64 * 1024];
-    let mut tally = ReplyTally::new(start, warmup, window_end);
     let mut done_at: Option<Instant> = None;
-    while tally.replies < expected {
+    while tally.replies() < expected {
         let n = match s.read(&mut chunk) {
             Ok(0) => break,
             Ok(n) => n,
@@ -504,7 +430,7 @@ fn receive(
             Err(e) => return Err(e).context("reading echo replies"),
         };
         tally.on_bytes(&chunk[..n])?;
-        progress.received.store(tally.replies, Ordering::Relaxed);
+        progress.received.store(tally.replies(), Ordering::Relaxed);
     }
     Ok(tally.finish())
 }
@@ -518,7 +444,11 @@ mod busy {
     const PROGRESS_EVERY: u32 = 4096;
 
     /// Connects and runs the loop to completion.
-    pub(super) fn drive(addr: SocketAddr, args: &EchoArgs) -> anyhow::Result<Outcome> {
+    pub(super) fn drive(
+        addr: SocketAddr,
+        args: &EchoArgs,
+        marker: &Marker,
+    ) -> anyhow::Result<Outcome> {
         pin(args.cpu);
         let mut s = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
         s.set_nodelay(true)?;
@@ -527,13 +457,14 @@ mod busy {
         let start = Instant::now();
         let expected_replies = args.messages.div_ceil(args.respond_every);
         let window = EchoWindow::of(args);
+        let cpu_window = window.mark(marker, start);
         let schedule = Schedule::new(start, args.rate as f64);
         let interval_ns = 1e9 / args.rate as f64;
         let extra = vec![0u8; args.extra_bytes];
         let mut out = BytesMut::with_capacity(MAX_WRITE + 1024);
         let mut out_pos = 0usize;
         let mut chunk = vec![0u8; 64 * 1024];
-        let mut tally = ReplyTally::new(start, args.warmup, window.to);
+        let mut tally = ReplyTally::new(start, args, window.to);
         let (mut n, mut sent_in_window) = (0u64, 0u64);
         let mut max_lag = Duration::ZERO;
         let mut send_duration = Duration::ZERO;
@@ -541,7 +472,7 @@ mod busy {
         let mut pass = 0u32;
         // Until every message is written and every asked reply is in: the
         // last reply can come before the last (unanswered) messages are due.
-        while tally.replies < expected_replies || n < args.messages || out_pos < out.len() {
+        while tally.replies() < expected_replies || n < args.messages || out_pos < out.len() {
             let now = Instant::now();
             // Write what is due (whole frames are queued; the socket may
             // take part of them).
@@ -602,7 +533,7 @@ mod busy {
             pass = pass.wrapping_add(1);
             if pass.is_multiple_of(PROGRESS_EVERY) {
                 progress.sent.store(n, Ordering::Relaxed);
-                progress.received.store(tally.replies, Ordering::Relaxed);
+                progress.received.store(tally.replies(), Ordering::Relaxed);
             }
         }
         progress.finish();
@@ -625,7 +556,9 @@ mod busy {
             measured_span: r.measured_span,
             max_send_lag: max_lag,
             rtt: r.rtt,
+            late_replies: r.late,
             window: counts,
+            cpu_window: cpu_window.finish(),
         })
     }
 }
@@ -833,6 +766,73 @@ mod tests {
         );
     }
 
+    /// A wire echo server that answers every ECHO asking for a reply but
+    /// the one for message `skip`, and closes once it has read `messages`
+    /// frames.
+    fn dropping_server(skip: i64, messages: u64) -> SocketAddr {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let (mut buf, mut out) = (BytesMut::new(), BytesMut::new());
+            let mut chunk = vec![0u8; 64 * 1024];
+            let mut seen = 0u64;
+            while seen < messages {
+                let n = s.read(&mut chunk).unwrap();
+                assert!(n > 0, "the client closed first");
+                buf.extend_from_slice(&chunk[..n]);
+                while let Some(f) = tidegate_wire::codec::decode_frame(&mut buf, 1 << 20).unwrap() {
+                    let tidegate_wire::Frame::Echo(e) = f else {
+                        continue;
+                    };
+                    seen += 1;
+                    if e.wants_reply() && e.correlation_id != skip {
+                        encode_echo(e.options, e.send_time_ns, e.correlation_id, &[], &mut out)
+                            .unwrap();
+                    }
+                }
+                s.write_all(&out).unwrap();
+                out.clear();
+            }
+        });
+        addr
+    }
+
+    /// The fix for the understated tail: an asked reply that never came
+    /// was counted (`missing_replies`) but not recorded, so the worst
+    /// message of the run was missing from the percentiles. The server
+    /// here drops one reply, 50 ms into a 200 ms schedule, and closes
+    /// after the last message: that message's latency runs to the end of
+    /// the schedule at least, while every other round trip is on loopback.
+    #[test]
+    fn an_asked_reply_that_never_came_is_recorded_late() {
+        let addr = dropping_server(1_000, 4_000);
+        let args = EchoArgs {
+            rate: 20_000,
+            messages: 4_000,
+            warmup: 10,
+            respond_every: 10,
+            extra_bytes: 16,
+            tick_us: 20,
+            busy_poll: false,
+            cpu: None,
+            anchor: false,
+            common: CommonArgs {
+                target: Some(addr),
+                json: true,
+            },
+        };
+        let o = drive(addr, &args, &Marker::default()).unwrap();
+        assert_eq!(o.expected_replies, 400);
+        assert_eq!(o.replies, 399);
+        assert_eq!(o.late_replies, 1);
+        // 390 measured replies (past the 10 warm-up ones), the missing
+        // one among them.
+        assert_eq!(o.rtt.count(), 390);
+        let l = o.rtt.summary_us().unwrap();
+        assert!(l.max >= 140_000.0, "{l:?}");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_driver_gets_every_asked_reply_from_an_in_process_server() {
         check_driver(WireMode::Default, false).await;
@@ -870,9 +870,9 @@ mod tests {
         };
         let o = tokio::task::spawn_blocking(move || {
             if busy_poll {
-                busy::drive(addr, &args)
+                busy::drive(addr, &args, &Marker::default())
             } else {
-                drive(addr, &args)
+                drive(addr, &args, &Marker::default())
             }
         })
         .await

@@ -23,7 +23,8 @@
 //! sent because the ack window stayed full or the connection ended) is
 //! counted as an error and recorded with its latency up to the end of the
 //! run (never before the schedule's end), so a stall cannot hide. Also
-//! reported: client and server CPU % and RSS. `--sweep-rate 10,100,…` runs
+//! reported: client and server CPU % (over the measured window, read with
+//! the two scrapes) and RSS. `--sweep-rate 10,100,…` runs
 //! once per rate and prints one row each, in the seed's table layout.
 
 use std::collections::BTreeMap;
@@ -45,7 +46,7 @@ use crate::latency::LatencyRecorder;
 use crate::pacer::{sleep_until, Schedule};
 use crate::progress::Progress;
 use crate::report::{percentile_table, Report, Window};
-use crate::sampler::Sampler;
+use crate::sampler::{CpuWindow, Marker, Sampler};
 use crate::server::ServerAddrs;
 use crate::{CommonArgs, Target};
 
@@ -160,7 +161,7 @@ pub async fn run(args: &ForwardArgs) -> anyhow::Result<()> {
             eprintln!(
                 "rate {rate}: accepted {} records/s, server cpu {}%",
                 or_dash(row.accepted_per_s, 0),
-                or_dash(row.server.measured().then_some(row.server.cpu_pct_avg), 1)
+                or_dash(row.server.cpu_avg(), 1)
             );
         }
         if let Some(why) = report.measured_nothing() {
@@ -214,7 +215,7 @@ fn human_table(args: &ForwardArgs, rows: &[RunResult]) -> String {
         };
         // "-" for what was not measured: an empty window's rates, the
         // resources of a server or client not sampled.
-        let cpu = |p: &crate::ProcessStats| or_dash(p.measured().then_some(p.cpu_pct_avg), 1);
+        let cpu = |p: &crate::ProcessStats| or_dash(p.cpu_avg(), 1);
         let rss = |p: &crate::ProcessStats| or_dash(p.measured().then_some(p.rss_kb_max as f64), 0);
         s.push_str(&format!(
             "| {rate} | {offered} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
@@ -306,10 +307,12 @@ async fn run_once(args: &ForwardArgs, rate: u64) -> anyhow::Result<(RunResult, R
         ..Default::default()
     };
     let client_sampler = Sampler::start_self(Duration::from_secs(1));
-    let result = drive(args, rate, addr, options, metrics_addr).await;
-    let client = client_sampler.finish();
-    let server = target.finish()?;
-    let (mut row, mut report) = result?;
+    let marker = target.marker().and(&client_sampler.marker());
+    let result = drive(args, rate, addr, options, metrics_addr, &marker).await;
+    let window = result.as_ref().ok().and_then(|r| r.2);
+    let client = client_sampler.finish_over(window);
+    let server = target.finish(window)?;
+    let (mut row, mut report, _) = result?;
     row.client = client;
     row.server = server;
     report.client = client;
@@ -382,13 +385,16 @@ impl ConnPlan {
     }
 }
 
+/// Runs the load; returns its row, its report, and its measured window as
+/// marked on `marker`'s samplers (with the two scrapes that time it).
 async fn drive(
     args: &ForwardArgs,
     rate: u64,
     addr: SocketAddr,
     options: ClientOptions,
     metrics_addr: Option<SocketAddr>,
-) -> anyhow::Result<(RunResult, Report)> {
+    marker: &Marker,
+) -> anyhow::Result<(RunResult, Report, Option<CpuWindow>)> {
     let record = make_record(args.record_bytes);
     let per_conn_rate = rate as f64 / args.connections as f64;
     let records_per_chunk = if rate == 0 {
@@ -446,8 +452,13 @@ async fn drive(
     }
     sleep_until(measure_from).await;
     let before = Snapshot::take(&totals, metrics_addr).await;
+    let cpu_from = marker.mark();
     sleep_until(stop_at).await;
     let after = Snapshot::take(&totals, metrics_addr).await;
+    let cpu_window = CpuWindow {
+        from: cpu_from,
+        to: marker.mark(),
+    };
     let mut latency = LatencyRecorder::default();
     for t in tasks {
         let outcome = t.await.context("connection task panicked")?;
@@ -521,7 +532,7 @@ async fn drive(
         errors: report.total_errors(),
         ..Default::default()
     };
-    Ok((row, report))
+    Ok((row, report, Some(cpu_window)))
 }
 
 /// A msgpack record `{"message": "xxxx…"}` of about `bytes` bytes.
@@ -880,9 +891,16 @@ mod tests {
     async fn slow_acks_are_all_recorded_from_the_due_time() {
         let addr = slow_acker(Some(Duration::from_millis(300))).await;
         let a = args(16, 0.2, 5_000);
-        let (row, report) = drive(&a, a.rate, addr, ClientOptions::default(), None)
-            .await
-            .unwrap();
+        let (row, report, _) = drive(
+            &a,
+            a.rate,
+            addr,
+            ClientOptions::default(),
+            None,
+            &Marker::default(),
+        )
+        .await
+        .unwrap();
         // 20 chunks of 100 records a second; 1 s measured.
         let latency = report.latency_us.expect("acks were recorded");
         assert!(latency.p50 >= 300_000.0, "{latency:?}");
@@ -895,9 +913,16 @@ mod tests {
     async fn chunks_never_acked_or_never_sent_count_as_late_not_missing() {
         let addr = slow_acker(None).await;
         let a = args(4, 0.0, 300);
-        let (_, report) = drive(&a, a.rate, addr, ClientOptions::default(), None)
-            .await
-            .unwrap();
+        let (_, report, _) = drive(
+            &a,
+            a.rate,
+            addr,
+            ClientOptions::default(),
+            None,
+            &Marker::default(),
+        )
+        .await
+        .unwrap();
         // The window of 4 chunks fills and stays full: those 4 are unacked,
         // the other 16 due in the second were never sent. All 20 are in the
         // latency histogram, up to the end of the run.
@@ -919,9 +944,16 @@ mod tests {
     async fn chunks_due_after_the_connection_ended_are_late_never_zero() {
         let addr = closing_peer(Duration::from_millis(200)).await;
         let a = args(16, 0.0, 300);
-        let (_, report) = drive(&a, a.rate, addr, ClientOptions::default(), None)
-            .await
-            .unwrap();
+        let (_, report, _) = drive(
+            &a,
+            a.rate,
+            addr,
+            ClientOptions::default(),
+            None,
+            &Marker::default(),
+        )
+        .await
+        .unwrap();
         // The connection ends about 0.2 s into the 1 s schedule. Each of
         // the 20 chunks due in the second is counted once (in flight or
         // never sent) and recorded up to at least the schedule's end: the

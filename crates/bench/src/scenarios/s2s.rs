@@ -27,7 +27,9 @@
 //! The measured window is the schedule's span: from the first due time to
 //! one interval after the last. Within it the offered rate counts
 //! transactions due, the sent rate transactions begun, and the rate
-//! transactions completed (the server's TRANSACTION_FINISHED).
+//! transactions completed (the server's TRANSACTION_FINISHED); the server's
+//! and client's CPU are read at its start and end (a run whose clients all
+//! finished sooner waits for the window's end before stopping the server).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -45,6 +47,7 @@ use tidegate_s2s::codec::DataPacket;
 
 use crate::latency::{LatencyRecorder, LatencySummary};
 use crate::report::{Report, Window};
+use crate::sampler::TimedWindow;
 use crate::{CommonArgs, Progress, Target};
 
 /// Transport the simulated clients use.
@@ -364,6 +367,11 @@ async fn measure(args: &S2sArgs) -> anyhow::Result<(Report, String)> {
     // one interval after the last.
     let last_due = t0 + ramp * (args.clients - 1) as u32 + interval * (args.tx - 1) as u32;
     let window_end = last_due + interval;
+    let cpu = TimedWindow::spawn(
+        &target.marker().and(&client_sampler.marker()),
+        t0,
+        window_end,
+    );
     let deadline = window_end + Duration::from_millis(args.timeout_ms);
     let sh = Arc::new(Shared {
         args: args.clone(),
@@ -408,8 +416,9 @@ async fn measure(args: &S2sArgs) -> anyhow::Result<(Report, String)> {
     let end = Instant::now();
     let duration = end - t0;
     progress.finish();
-    let client = client_sampler.finish();
-    let server = target.finish()?;
+    let window = tokio::task::spawn_blocking(move || cpu.finish()).await?;
+    let client = client_sampler.finish_over(window);
+    let server = target.finish(window)?;
 
     // Every transaction that was due counts: one that failed, or never
     // completed before the run ended, is late, its latency the whole time

@@ -1,9 +1,10 @@
 //! `--nodes N` without `--target`: N `tidegate serve` child processes (this
 //! same executable) on free loopback ports, each with only `[http]` and
 //! `[kv]` on, one cluster (`nodes` lists all of them), fresh data
-//! directories under one temporary directory. Each node is sampled from
-//! /proc; all are stopped (SIGTERM, SIGKILL after 10 s) and the data
-//! removed at the end, also when the bench fails half-way.
+//! directories under one temporary directory. The nodes are sampled
+//! together from /proc (their summed CPU and RSS); all are stopped
+//! (SIGTERM, SIGKILL after 10 s) and the data removed at the end, also when
+//! the bench fails half-way.
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use crate::sampler::{ProcessStats, Sampler};
+use crate::sampler::{CpuWindow, Marker, ProcessStats, Sampler};
 
 /// How long a node may take to open its port.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -33,15 +34,12 @@ pub struct ClusterSpec {
     pub kv_extra: Vec<String>,
 }
 
-struct Node {
-    child: Child,
-    sampler: Option<Sampler>,
-}
-
 /// A running local cluster.
 pub struct Cluster {
     addrs: Vec<SocketAddr>,
-    nodes: Vec<Node>,
+    nodes: Vec<Child>,
+    /// Every node, sampled together.
+    sampler: Option<Sampler>,
     dir: PathBuf,
 }
 
@@ -70,6 +68,7 @@ impl Cluster {
         let mut cluster = Cluster {
             addrs: addrs.clone(),
             nodes: Vec::new(),
+            sampler: None,
             dir,
         };
         let list = addrs
@@ -97,24 +96,20 @@ impl Cluster {
                 .stderr(Stdio::inherit())
                 .spawn()
                 .context("starting `tidegate serve`")?;
-            cluster.nodes.push(Node {
-                child,
-                sampler: None,
-            });
+            cluster.nodes.push(child);
         }
         for (i, addr) in addrs.iter().enumerate() {
             cluster.wait_ready(i, *addr)?;
         }
-        for node in &mut cluster.nodes {
-            node.sampler = Some(Sampler::start(node.child.id(), Duration::from_secs(1)));
-        }
+        let pids = cluster.nodes.iter().map(Child::id).collect();
+        cluster.sampler = Some(Sampler::start_many(pids, Duration::from_secs(1)));
         Ok(cluster)
     }
 
     fn wait_ready(&mut self, i: usize, addr: SocketAddr) -> anyhow::Result<()> {
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         loop {
-            if let Some(status) = self.nodes[i].child.try_wait()? {
+            if let Some(status) = self.nodes[i].try_wait()? {
                 bail!("node {i} (`tidegate serve` on {addr}) exited during start-up with {status}");
             }
             if TcpStream::connect(addr).is_ok() {
@@ -139,41 +134,47 @@ impl Cluster {
             .collect()
     }
 
-    /// Stops every node; returns their summed CPU (% of one core) and
-    /// summed peak RSS. Fails, naming its exit status, if a node had
-    /// already exited before it was asked to stop (it died during the run).
-    pub fn stop(mut self) -> anyhow::Result<ProcessStats> {
+    /// Marks instants on the nodes' sampler (the measured window).
+    pub fn marker(&self) -> Marker {
+        self.sampler
+            .as_ref()
+            .map(Sampler::marker)
+            .unwrap_or_default()
+    }
+
+    /// Stops every node; returns their summed CPU (% of one core) over
+    /// `window` and their summed peak RSS. Fails, naming its exit status,
+    /// if a node had already exited before it was asked to stop (it died
+    /// during the run).
+    pub fn stop(mut self, window: Option<CpuWindow>) -> anyhow::Result<ProcessStats> {
         let mut died = Ok(());
         for (i, node) in self.nodes.iter_mut().enumerate() {
             let what = format!("node {i} (`tidegate serve` on {})", self.addrs[i]);
-            if let Err(e) = crate::server::exited_early(&mut node.child, &what) {
+            if let Err(e) = crate::server::exited_early(node, &what) {
                 died = died.and(Err(e));
             }
         }
-        let stats = self.stop_all();
+        let stats = self.stop_all(window);
         died?;
         Ok(stats)
     }
 
-    fn stop_all(&mut self) -> ProcessStats {
-        let mut total = ProcessStats::default();
+    fn stop_all(&mut self, window: Option<CpuWindow>) -> ProcessStats {
+        let stats = self
+            .sampler
+            .take()
+            .map(|s| s.finish_over(window))
+            .unwrap_or_default();
         for node in &mut self.nodes {
-            let s = node.sampler.take().map(Sampler::finish).unwrap_or_default();
-            total.cpu_pct_avg += s.cpu_pct_avg;
-            total.cpu_pct_max += s.cpu_pct_max;
-            total.rss_kb_max += s.rss_kb_max;
-            total.samples = total.samples.max(s.samples);
+            crate::server::terminate(node, Duration::from_secs(10));
         }
-        for node in &mut self.nodes {
-            crate::server::terminate(&mut node.child, Duration::from_secs(10));
-        }
-        total
+        stats
     }
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        self.stop_all();
+        self.stop_all(None);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

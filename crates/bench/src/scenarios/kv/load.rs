@@ -15,15 +15,22 @@
 //! one still queued when the window ended is not sent and counted
 //! (`unsent_due`) — never silently skipped. Both are late, not missing:
 //! when due in the window, each is recorded with its latency from its due
-//! time to the end of the run.
+//! time to the end of the run. Likewise a request that was sent and never
+//! answered — it timed out (`timeout`), its connection failed
+//! (`connection`) or could not be opened (`connect`) — is an error *and* a
+//! latency, from its due time to when it was abandoned (at least
+//! `timeout` for a timed-out one): leaving it out would drop exactly the
+//! worst requests from the tail.
 //!
 //! The measured window is `[start + warmup, start + warmup + duration)`:
 //! requests due in it are counted due; those written before the window's
 //! end are counted sent; those answered with the expected status (by the
 //! end of the run: at most `timeout` later) are counted delivered. The
 //! latencies of the window's answered requests are recorded, and of its
-//! dropped and unsent ones as above. Nothing is sent after the window's
-//! end.
+//! unanswered, dropped and unsent ones as above. Nothing is sent after the
+//! window's end. The samplers of the server (and of this client) are read
+//! at the window's start and end ([`LoadSpec::marker`]), so their CPU
+//! covers the same span as the rates.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -36,6 +43,7 @@ use tokio::sync::mpsc;
 use super::http::Conn;
 use super::request::{Method, RequestPlan};
 use crate::latency::LatencyRecorder;
+use crate::sampler::{CpuWindow, Marker, TimedWindow};
 use crate::{Progress, Schedule, Window};
 
 /// Requests waiting per connection before the pacer drops new ones.
@@ -88,6 +96,9 @@ pub struct LoadSpec {
     pub plan: RequestPlan,
     /// What a good answer is.
     pub expect: Expect,
+    /// Reads the samplers whose CPU is reported (the server's, the
+    /// client's) at the window's start and end.
+    pub marker: Marker,
 }
 
 /// What a run measured.
@@ -107,6 +118,9 @@ pub struct LoadOutcome {
     pub latency: LatencyRecorder,
     /// Worst delay between a request's due time and its write.
     pub max_send_lag: Duration,
+    /// The measured window as marked on the samplers (`None`: the run
+    /// failed before its window ended).
+    pub cpu_window: Option<CpuWindow>,
 }
 
 impl LoadOutcome {
@@ -148,17 +162,34 @@ struct Link {
     addr: SocketAddr,
     conn: Option<Conn>,
     timeout: Duration,
+    /// The last connect failed: pause before the next one.
+    pause: bool,
 }
 
 impl Link {
-    /// One round trip: the status, or the error kind.
+    fn new(addr: SocketAddr, conn: Option<Conn>, timeout: Duration) -> Link {
+        Link {
+            addr,
+            conn,
+            timeout,
+            pause: false,
+        }
+    }
+
+    /// One round trip: the status, or the error kind. It returns when the
+    /// request is answered or abandoned (the latency of an unanswered one
+    /// runs to then, so the pause after a failed connect is taken before
+    /// the next attempt, not here).
     async fn exchange(&mut self, request: &[u8]) -> Result<u16, &'static str> {
         if !self.conn.as_ref().is_some_and(Conn::is_open) {
+            if std::mem::take(&mut self.pause) {
+                tokio::time::sleep(RECONNECT_PAUSE).await;
+            }
             match tokio::time::timeout(self.timeout, Conn::connect(self.addr)).await {
                 Ok(Ok(c)) => self.conn = Some(c),
                 _ => {
                     self.conn = None;
-                    tokio::time::sleep(RECONNECT_PAUSE).await;
+                    self.pause = true;
                     return Err("connect");
                 }
             }
@@ -190,15 +221,12 @@ pub async fn run(spec: &LoadSpec, progress: &Arc<Progress>) -> anyhow::Result<Lo
             .await
             .map_err(|_| anyhow::anyhow!("connecting to {addr}: timed out"))?
             .map_err(|e| anyhow::anyhow!("connecting to {addr}: {e}"))?;
-        links.push(Link {
-            addr,
-            conn: Some(conn),
-            timeout: spec.timeout,
-        });
+        links.push(Link::new(addr, Some(conn), spec.timeout));
     }
     let start = Instant::now() + Duration::from_millis(20);
     let window_start = start + spec.warmup;
     let end = window_start + spec.duration;
+    let cpu = TimedWindow::spawn(&spec.marker, window_start, end);
     let spec = Arc::new(spec.clone());
     let mut outcome = LoadOutcome::default();
     if spec.rate == 0 {
@@ -265,6 +293,8 @@ pub async fn run(spec: &LoadSpec, progress: &Arc<Progress>) -> anyhow::Result<Lo
         }
     }
     outcome.window.seconds = spec.duration.as_secs_f64();
+    // Every task ends at or after the window's end: this does not wait.
+    outcome.cpu_window = cpu.finish();
     Ok(outcome)
 }
 
@@ -412,8 +442,13 @@ fn account(
             }
         }
         Err(kind) => {
+            // Not answered: an error, and a latency up to now, when it was
+            // abandoned (for a timeout, at least the timeout).
             progress.errors.fetch_add(1, Ordering::Relaxed);
             stats.error(kind);
+            if in_window {
+                stats.latency.record(from.elapsed());
+            }
         }
     }
 }
@@ -454,11 +489,7 @@ pub async fn fill(
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for i in 0..connections.max(1) {
-        let mut link = Link {
-            addr: addrs[i % addrs.len()],
-            conn: None,
-            timeout,
-        };
+        let mut link = Link::new(addrs[i % addrs.len()], None, timeout);
         let (next, plan) = (next.clone(), plan.clone());
         tasks.push(tokio::spawn(async move {
             let (mut ok, mut failed, mut retried) = (0u64, 0u64, 0u64);
@@ -519,6 +550,7 @@ mod tests {
                 host: addr.to_string(),
             },
             expect: Expect::KV,
+            marker: Marker::default(),
         }
     }
 
@@ -546,11 +578,99 @@ mod tests {
         assert_eq!(o.errors["timeout"], 1, "{:?}", o.errors);
         assert_eq!(o.errors["unsent_due"], due - 1, "{:?}", o.errors);
         assert_eq!(o.window.delivered, 0);
-        // Every unsent one is in the histogram, from its due time (within
-        // the first 0.5 s) to the end of the run (after the 1 s timeout).
-        assert_eq!(o.latency.count(), due - 1);
+        // Every one is in the histogram: the timed-out one up to when it
+        // was abandoned, every unsent one from its due time (within the
+        // first 0.5 s) to the end of the run (after the 1 s timeout).
+        assert_eq!(o.latency.count(), due);
         let l = o.latency.summary_us().unwrap();
         assert!(l.p50 >= 500_000.0 && l.max < 3_000_000.0, "{l:?}");
+        assert!(l.max >= 1_000_000.0, "{l:?}");
+    }
+
+    /// An HTTP/1.1 server answering `201` to every request, except that
+    /// it closes the connection on the `close_on`-th request (counted
+    /// from 1 over all connections) and never answers the `hold`-th.
+    async fn one_unanswered(close_on: usize, hold: usize) -> SocketAddr {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let seen = Arc::new(AtomicU64::new(0));
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        // One request: a head, then its Content-Length body.
+                        let mut headers = [httparse::EMPTY_HEADER; 16];
+                        let mut req = httparse::Request::new(&mut headers);
+                        let parsed = req.parse(&buf).unwrap();
+                        let httparse::Status::Complete(head) = parsed else {
+                            match s.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                            continue;
+                        };
+                        let body: usize = req
+                            .headers
+                            .iter()
+                            .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                            .map_or(0, |h| {
+                                std::str::from_utf8(h.value).unwrap().parse().unwrap()
+                            });
+                        while buf.len() < head + body {
+                            match s.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        buf.drain(..head + body);
+                        let n = seen.fetch_add(1, Ordering::SeqCst) as usize + 1;
+                        if n == close_on {
+                            return;
+                        }
+                        if n == hold {
+                            // Read on (the client gives up and closes),
+                            // never answer.
+                            while s.read(&mut chunk).await.unwrap_or(0) > 0 {}
+                            return;
+                        }
+                        let ok = b"HTTP/1.1 201 Created\r\ncontent-length: 0\r\n\r\n";
+                        if s.write_all(ok).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    /// The fix for the understated tail: a request that timed out was
+    /// counted as an error but its latency never recorded, so the max (and
+    /// p99) showed only the answered ones. Requests are 250 ms apart, so
+    /// none queues behind the unanswered one: without its own latency,
+    /// the max would be a round trip of about a millisecond.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_timed_out_or_failed_request_is_an_error_and_a_latency() {
+        let addr = one_unanswered(2, 4).await;
+        let timeout = Duration::from_millis(150);
+        // Due at 0, 250, 500, 750, 1000 ms.
+        let s = spec(addr, 4, Duration::from_millis(1250), timeout);
+        let o = run(&s, &Progress::start("test")).await.unwrap();
+        assert_eq!(o.window.due, Some(5));
+        assert_eq!(o.errors["connection"], 1, "{:?}", o.errors);
+        assert_eq!(o.errors["timeout"], 1, "{:?}", o.errors);
+        assert_eq!(o.errors.len(), 2, "{:?}", o.errors);
+        assert_eq!(o.window.delivered, 3);
+        // Every request of the window has a latency, the unanswered ones
+        // too; the timed-out one's is at least the timeout.
+        let l = o.latency.summary_us().unwrap();
+        assert!(l.max >= 150_000.0, "{l:?}");
+        assert!(l.max < 1_000_000.0, "{l:?}");
+        assert_eq!(o.latency.count(), 5);
     }
 
     #[test]

@@ -22,7 +22,10 @@
 //!   search, connections, duration) against nginx answering a trivial 200,
 //!   in the same command, after the KV nodes stopped.
 //!
-//! A run that delivered nothing or recorded no latency fails.
+//! A run that delivered nothing or recorded no latency fails. The server's
+//! (the nodes' summed) and the client's CPU cover the measured window of
+//! the run the report stands for (with `--find-rate`, the best run under
+//! the bound, else the last), read at its start and end.
 
 mod cluster;
 mod http;
@@ -42,7 +45,7 @@ use self::cluster::{Cluster, ClusterSpec};
 use self::load::{Expect, LoadOutcome, LoadSpec};
 use self::request::{Op, RequestPlan};
 use crate::latency::LatencySummary;
-use crate::sampler::ProcessStats;
+use crate::sampler::{Marker, ProcessStats};
 use crate::{CommonArgs, Progress, Report, Sampler};
 
 /// A run whose errors exceed this share of the due requests fails the
@@ -392,11 +395,16 @@ pub async fn run(args: &KvArgs) -> anyhow::Result<()> {
         timeout,
         plan: plan.clone(),
         expect: Expect::KV,
+        marker: cluster
+            .as_ref()
+            .map_or_else(Marker::default, Cluster::marker)
+            .and(&client_sampler.marker()),
     };
     let measured = measure("kv", args, &base, &progress).await;
     let disk_after = cluster.as_ref().map(Cluster::disk_bytes);
+    let window = measured.as_ref().ok().and_then(|m| m.1.cpu_window);
     let server = match cluster {
-        Some(c) => tokio::task::spawn_blocking(move || c.stop()).await??,
+        Some(c) => tokio::task::spawn_blocking(move || c.stop(window)).await??,
         None => ProcessStats::default(),
     };
     let (mut rows, outcome, best_rate) = measured?;
@@ -410,8 +418,10 @@ pub async fn run(args: &KvArgs) -> anyhow::Result<()> {
         spec.addrs = vec![nginx.addr()];
         spec.plan.host = nginx.addr().to_string();
         spec.expect = Expect::ANY_200;
+        spec.marker = nginx.marker();
         let measured = measure("nginx", args, &spec, &progress).await;
-        let stats = tokio::task::spawn_blocking(move || nginx.stop()).await?;
+        let window = measured.as_ref().ok().and_then(|m| m.1.cpu_window);
+        let stats = tokio::task::spawn_blocking(move || nginx.stop(window)).await?;
         let (arows, aout, abest) = measured.context("the nginx anchor")?;
         let arow = row("nginx", &aout);
         // An anchor that measured nothing is no anchor: no ratio, and the
@@ -440,7 +450,7 @@ pub async fn run(args: &KvArgs) -> anyhow::Result<()> {
         rows.extend(arows);
     }
     progress.finish();
-    let client = client_sampler.finish();
+    let client = client_sampler.finish_over(outcome.cpu_window);
 
     let mut report = Report::new(
         "kv",

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use crate::sampler::{ProcessStats, Sampler};
+use crate::sampler::{CpuWindow, Marker, ProcessStats, Sampler};
 
 /// How long nginx may take to open its port.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -22,7 +22,8 @@ pub struct Nginx {
     child: Child,
     addr: SocketAddr,
     dir: PathBuf,
-    samplers: Vec<Sampler>,
+    /// The master and its workers, sampled together.
+    sampler: Option<Sampler>,
 }
 
 fn nginx_binary() -> anyhow::Result<PathBuf> {
@@ -75,7 +76,7 @@ impl Nginx {
             child,
             addr,
             dir,
-            samplers: Vec::new(),
+            sampler: None,
         };
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         while TcpStream::connect(addr).is_err() {
@@ -93,10 +94,7 @@ impl Nginx {
         std::thread::sleep(Duration::from_millis(200));
         let mut pids = vec![n.child.id()];
         pids.extend(children_of(n.child.id()));
-        n.samplers = pids
-            .into_iter()
-            .map(|p| Sampler::start(p, Duration::from_secs(1)))
-            .collect();
+        n.sampler = Some(Sampler::start_many(pids, Duration::from_secs(1)));
         Ok(n)
     }
 
@@ -105,20 +103,26 @@ impl Nginx {
         self.addr
     }
 
-    /// Stops nginx; returns the summed CPU and RSS of its processes.
-    pub fn stop(mut self) -> ProcessStats {
-        self.shutdown()
+    /// Marks instants on its processes' sampler (the measured window).
+    pub fn marker(&self) -> Marker {
+        self.sampler
+            .as_ref()
+            .map(Sampler::marker)
+            .unwrap_or_default()
     }
 
-    fn shutdown(&mut self) -> ProcessStats {
-        let mut total = ProcessStats::default();
-        for s in self.samplers.drain(..) {
-            let s = s.finish();
-            total.cpu_pct_avg += s.cpu_pct_avg;
-            total.cpu_pct_max += s.cpu_pct_max;
-            total.rss_kb_max += s.rss_kb_max;
-            total.samples = total.samples.max(s.samples);
-        }
+    /// Stops nginx; returns the summed CPU (over `window`) and RSS of its
+    /// processes.
+    pub fn stop(mut self, window: Option<CpuWindow>) -> ProcessStats {
+        self.shutdown(window)
+    }
+
+    fn shutdown(&mut self, window: Option<CpuWindow>) -> ProcessStats {
+        let total = self
+            .sampler
+            .take()
+            .map(|s| s.finish_over(window))
+            .unwrap_or_default();
         if let Ok(None) = self.child.try_wait() {
             // SAFETY: kill(2) on our own unreaped child with a valid signal
             // (SIGQUIT: nginx's graceful stop); no memory is touched.
@@ -141,7 +145,7 @@ impl Nginx {
 
 impl Drop for Nginx {
     fn drop(&mut self) {
-        self.shutdown();
+        self.shutdown(None);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

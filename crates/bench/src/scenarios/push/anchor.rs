@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
-use crate::sampler::{ProcessStats, Sampler};
+use crate::sampler::{CpuWindow, Marker, ProcessStats, Sampler};
 
 /// Where the anchor script lives in the source tree.
 pub fn default_dir() -> PathBuf {
@@ -88,9 +88,21 @@ impl SocketIoAnchor {
         self.child.id()
     }
 
-    /// Stops it and returns what the sampler saw.
-    pub fn stop(mut self) -> ProcessStats {
-        let stats = self.sampler.take().map(Sampler::finish).unwrap_or_default();
+    /// Marks instants on its sampler (the measured window).
+    pub fn marker(&self) -> Marker {
+        self.sampler
+            .as_ref()
+            .map(Sampler::marker)
+            .unwrap_or_default()
+    }
+
+    /// Stops it and returns what the sampler saw, the CPU over `window`.
+    pub fn stop(mut self, window: Option<CpuWindow>) -> ProcessStats {
+        let stats = self
+            .sampler
+            .take()
+            .map(|s| s.finish_over(window))
+            .unwrap_or_default();
         self.terminate();
         stats
     }

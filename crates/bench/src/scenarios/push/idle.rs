@@ -2,7 +2,8 @@
 //! subscribed to one topic, or `/ws` subscribed to one topic), let them
 //! sit, and read the server's resident set before and after from /proc.
 //! The difference divided by the sessions held is what one idle session
-//! costs the server.
+//! costs the server. The samplers are read when the opening starts and
+//! ends: the CPU reported is the opening's, the span the rate covers.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use super::session::ClientSession;
 use super::stamp::{self, Delivered};
 use super::Transport;
 use crate::latency::LatencyRecorder;
-use crate::sampler::rss_kb;
+use crate::sampler::{rss_kb, CpuWindow, Marker};
 
 /// How long the sessions sit idle before the second reading (the
 /// allocator settles; no heartbeat falls due within it).
@@ -37,6 +38,8 @@ pub struct IdleOutcome {
     pub rss_after_kb: Option<u64>,
     /// Time to open and subscribe each session.
     pub open_latency: LatencyRecorder,
+    /// The opening as marked on the samplers.
+    pub cpu_window: Option<CpuWindow>,
 }
 
 impl IdleOutcome {
@@ -83,12 +86,14 @@ async fn open_one(
     Ok(s)
 }
 
-/// Opens `n` sessions to `server` (process `pid`) and measures.
+/// Opens `n` sessions to `server` (process `pid`) and measures, marking
+/// the opening on `marker`.
 pub async fn run(
     server: SocketAddr,
     pid: Option<u32>,
     transport: Transport,
     n: usize,
+    marker: &Marker,
 ) -> IdleOutcome {
     let mut out = IdleOutcome::default();
     // The baseline after one session went through, so lazily built state
@@ -97,6 +102,7 @@ pub async fn run(
     tokio::time::sleep(Duration::from_millis(500)).await;
     out.rss_before_kb = pid.and_then(rss_kb);
     let permits = Arc::new(Semaphore::new(CONNECT_CONCURRENCY));
+    let cpu_from = marker.mark();
     let t0 = Instant::now();
     let tasks: Vec<_> = (0..n)
         .map(|i| {
@@ -120,6 +126,10 @@ pub async fn run(
         }
     }
     out.open_s = t0.elapsed().as_secs_f64();
+    out.cpu_window = Some(CpuWindow {
+        from: cpu_from,
+        to: marker.mark(),
+    });
     tokio::time::sleep(SETTLE).await;
     out.rss_after_kb = pid.and_then(rss_kb);
     out.held = held.len();

@@ -11,7 +11,17 @@
 //! subscribers' transport is the one measured. Publishing starts once
 //! every subscription is acknowledged, so the expected deliveries are
 //! exact: each user receives `rounds × subs` messages, and any shortfall
-//! is reported as lost.
+//! is reported as lost — and recorded in the latency histogram, late, not
+//! missing: each lost delivery with the time from when publishing ended
+//! (after every due time) to the end of the run, and never less than the
+//! drain (lost means not delivered within the drain after the last
+//! publish; a dead session's deliveries never come). Which publish a user
+//! missed is not known, so that is a lower bound of its latency; leaving
+//! it out would drop exactly the worst deliveries from the tail.
+//!
+//! The samplers are read when publishing starts and again shortly (at
+//! most [`END_MARK_EVERY`]) after each newest delivery, so that the CPU
+//! figures cover the delivery window, first publish to last delivery.
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
@@ -28,6 +38,7 @@ use super::wsclient::{WsMessage, WsReader, WsWriter};
 use super::Transport;
 use crate::latency::LatencyRecorder;
 use crate::pacer::Schedule;
+use crate::sampler::{CpuWindow, Mark, Marker};
 use crate::Progress;
 
 /// Sessions being opened at once (a storm of SYNs beyond the accept
@@ -39,6 +50,9 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 pub const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Messages a publisher writes in one go at most.
 const PUBLISH_BATCH: u64 = 1024;
+/// How often the samplers are read while deliveries go on: the delivery
+/// window's end is marked at most this long after the last delivery.
+pub const END_MARK_EVERY: Duration = Duration::from_millis(50);
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -103,6 +117,9 @@ pub struct Outcome {
     pub latency: LatencyRecorder,
     /// Errors by kind.
     pub errors: BTreeMap<String, u64>,
+    /// The delivery window as marked on the samplers (`None`: nothing was
+    /// delivered).
+    pub cpu_window: Option<CpuWindow>,
 }
 
 /// A small deterministic generator (splitmix64) for the topic choice.
@@ -371,6 +388,46 @@ async fn publisher(
     ))
 }
 
+/// Reads `marker`'s samplers whenever a delivery came since the last
+/// look, every [`END_MARK_EVERY`], and once more when `stop` is set;
+/// returns the last mark: the first one taken after the last delivery.
+async fn mark_deliveries(
+    marker: Marker,
+    sh: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) -> Option<Mark> {
+    let (mut seen, mut mark) = (0, None);
+    loop {
+        let stopped = tokio::select! {
+            _ = tokio::time::sleep(END_MARK_EVERY) => false,
+            _ = stop.wait_for(|s| *s) => true,
+        };
+        let last = sh.last_delivery_us.load(Ordering::Acquire);
+        if last != seen {
+            seen = last;
+            mark = Some(marker.mark());
+        }
+        if stopped {
+            return mark;
+        }
+    }
+}
+
+/// Records `lost` deliveries that never came, each with the time from
+/// `published_by_us` (when every publish had been made: after every due
+/// time) to `end_us` (the end of the run), on the stamp clock, and at
+/// least `drain`: a lower bound of each one's latency.
+fn record_lost(
+    latency: &mut LatencyRecorder,
+    lost: u64,
+    published_by_us: u64,
+    end_us: u64,
+    drain: Duration,
+) {
+    let waited = Duration::from_micros(end_us.saturating_sub(published_by_us));
+    latency.record_n(waited.max(drain).max(Duration::from_micros(1)), lost);
+}
+
 async fn wait_until(sh: &Shared, what: &AtomicUsize, n: usize, limit: Duration) -> bool {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
@@ -384,11 +441,13 @@ async fn wait_until(sh: &Shared, what: &AtomicUsize, n: usize, limit: Duration) 
     }
 }
 
-/// Runs the plan against `server`.
+/// Runs the plan against `server`; `marker` reads the samplers whose CPU
+/// is reported (the server's, the client's) over the delivery window.
 pub async fn run(
     server: SocketAddr,
     plan: &Plan,
     progress: Arc<Progress>,
+    marker: &Marker,
 ) -> anyhow::Result<Outcome> {
     let plan = Arc::new(plan.clone());
     let mut out = Outcome::default();
@@ -460,6 +519,8 @@ pub async fn run(
         anyhow::bail!("the subscribe storm did not end within {SUBSCRIBE_TIMEOUT:?}");
     }
     // Publishing.
+    let cpu_from = marker.mark();
+    let end_mark = tokio::spawn(mark_deliveries(marker.clone(), sh.clone(), stop_rx.clone()));
     let start = Instant::now();
     let start_us = stamp::now_us();
     let mut pub_tasks = Vec::new();
@@ -492,6 +553,7 @@ pub async fn run(
             Ok(Err(_)) | Err(_) => *out.errors.entry("publisher_stalled".into()).or_default() += 1,
         }
     }
+    let published_by_us = stamp::now_us();
     // Subscribers get `drain` after the last publish to receive the rest.
     let drain_deadline = Instant::now() + plan.drain;
     let mut results = Vec::with_capacity(users.len());
@@ -512,8 +574,14 @@ pub async fn run(
         };
         results.push(r.unwrap_or_default());
     }
+    let end_us = stamp::now_us();
     let _ = stop_tx.send(true);
     drop(holds);
+    out.cpu_window = end_mark
+        .await
+        .ok()
+        .flatten()
+        .map(|to| CpuWindow { from: cpu_from, to });
     for r in &results {
         out.sessions += usize::from(r.opened);
         out.delivered += r.received;
@@ -530,6 +598,7 @@ pub async fn run(
     let lost = out.expected.saturating_sub(out.delivered);
     if lost > 0 {
         out.errors.insert("lost".into(), lost);
+        record_lost(&mut out.latency, lost, published_by_us, end_us, plan.drain);
     }
     let last = sh.last_delivery_us.load(Ordering::Acquire);
     out.window_s = last.saturating_sub(start_us) as f64 / 1e6;
@@ -567,6 +636,32 @@ mod tests {
             assert_ne!(a, topics_of(2, &p));
         }
         assert_eq!(plan(10, 1000).per_user(), 20);
+    }
+
+    /// A delivery that never came was counted as lost but left out of the
+    /// histogram, so the tail showed only what arrived. Now each is in it,
+    /// at least as late as the drain it was waited for.
+    #[test]
+    fn lost_deliveries_are_in_the_tail_at_least_as_late_as_the_drain() {
+        let mut l = LatencyRecorder::default();
+        for _ in 0..97 {
+            l.record_ns(2_000_000);
+        }
+        let drain = Duration::from_secs(10);
+        record_lost(&mut l, 3, 5_000_000, 15_000_000, drain);
+        assert_eq!(l.count(), 100);
+        let s = l.summary_us().unwrap();
+        assert!(s.max >= 10_000_000.0 * 0.999, "{s:?}");
+        assert!(s.p99 >= 10_000_000.0 * 0.999, "{s:?}");
+        assert!(s.p50 < 3_000.0, "{s:?}");
+        // Nothing lost: nothing recorded.
+        record_lost(&mut l, 0, 5, 5, drain);
+        assert_eq!(l.count(), 100);
+        // A run that ended at once after publishing (the only users left
+        // had died): the drain, never a latency of about 0.
+        let mut m = LatencyRecorder::default();
+        record_lost(&mut m, 1, 7, 7, Duration::from_secs(2));
+        assert!(m.summary_us().unwrap().max >= 2_000_000.0 * 0.999);
     }
 
     #[test]

@@ -16,8 +16,11 @@
 //! Report: one event is one delivered message. The measured window runs
 //! from the first publish to the last delivery; `sent` (and `due`, when
 //! paced) count the deliveries the publishes asked for (each publish
-//! times its subscribers), `delivered` those that arrived. Client
-//! sockets are spread over 127.0.0.0/8 source addresses.
+//! times its subscribers), `delivered` those that arrived. The server's
+//! and client's CPU cover the same window (read at the first publish and
+//! within 50 ms after the last delivery); with `--idle-sessions`, the
+//! opening of the sessions. Client sockets are spread over 127.0.0.0/8
+//! source addresses.
 
 pub mod anchor;
 pub mod http1;
@@ -34,7 +37,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::report::{Report, Window};
-use crate::sampler::ProcessStats;
+use crate::sampler::{Marker, ProcessStats};
 use crate::{CommonArgs, Progress, Sampler, Target};
 
 /// The subscribers' transport.
@@ -298,23 +301,29 @@ impl Side {
     }
 }
 
+/// Runs the fan-out against `addr`, whose server `server` marks; returns
+/// the outcome and the client's figures over its delivery window.
 async fn fanout_side(
     args: &PushArgs,
     addr: std::net::SocketAddr,
     label: &str,
+    server: Marker,
 ) -> anyhow::Result<(load::Outcome, ProcessStats)> {
     let progress = Progress::start(label);
     let client = Sampler::start_self(Duration::from_secs(1));
-    let out = load::run(addr, &args.plan(), progress.clone()).await;
+    let marker = server.and(&client.marker());
+    let out = load::run(addr, &args.plan(), progress.clone(), &marker).await;
     progress.finish();
-    Ok((out?, client.finish()))
+    let out = out?;
+    let client = client.finish_over(out.cpu_window);
+    Ok((out, client))
 }
 
 async fn fanout_report(args: &PushArgs) -> anyhow::Result<(Report, String)> {
     let target = Target::resolve(&args.common, &tidegate_toml(args))?;
     let addr = target.addr(|a| a.http);
-    let run = fanout_side(args, addr, "push tidegate").await;
-    let server = target.finish()?;
+    let run = fanout_side(args, addr, "push tidegate", target.marker()).await;
+    let server = target.finish(run.as_ref().ok().and_then(|r| r.0.cpu_window))?;
     let (out, client) = run?;
     let tide = Side {
         out,
@@ -324,8 +333,8 @@ async fn fanout_report(args: &PushArgs) -> anyhow::Result<(Report, String)> {
     let anchor = match args.anchor {
         Some(Anchor::Socketio) => {
             let a = anchor::SocketIoAnchor::spawn(&anchor_dir(args))?;
-            let run = fanout_side(args, a.addr(), "push socket.io").await;
-            let server = a.stop();
+            let run = fanout_side(args, a.addr(), "push socket.io", a.marker()).await;
+            let server = a.stop(run.as_ref().ok().and_then(|r| r.0.cpu_window));
             let (out, client) = run?;
             Some(Side {
                 out,
@@ -497,7 +506,7 @@ fn fanout_table(args: &PushArgs, plan: &load::Plan, t: &Side, a: Option<&Side>) 
         ),
         (
             "server cpu avg (%)",
-            Box::new(|x: &Side| if_measured(&x.server, x.server.cpu_pct_avg)),
+            Box::new(|x: &Side| or_dash(x.server.cpu_avg(), 0)),
             None,
         ),
         (
@@ -507,7 +516,7 @@ fn fanout_table(args: &PushArgs, plan: &load::Plan, t: &Side, a: Option<&Side>) 
         ),
         (
             "client cpu avg (%)",
-            Box::new(|x: &Side| if_measured(&x.client, x.client.cpu_pct_avg)),
+            Box::new(|x: &Side| or_dash(x.client.cpu_avg(), 0)),
             None,
         ),
     ];
@@ -542,8 +551,9 @@ async fn idle_side(
     args: &PushArgs,
     addr: std::net::SocketAddr,
     pid: Option<u32>,
+    marker: &Marker,
 ) -> idle::IdleOutcome {
-    idle::run(addr, pid, args.transport, args.idle_sessions).await
+    idle::run(addr, pid, args.transport, args.idle_sessions, marker).await
 }
 
 fn idle_json(o: &idle::IdleOutcome, server: &ProcessStats) -> serde_json::Value {
@@ -561,14 +571,16 @@ async fn idle_report(args: &PushArgs) -> anyhow::Result<(Report, String)> {
     let addr = target.addr(|a| a.http);
     let pid = server_pid(&target);
     let client = Sampler::start_self(Duration::from_secs(1));
-    let t = idle_side(args, addr, pid).await;
-    let client = client.finish();
-    let server = target.finish()?;
+    let marker = target.marker().and(&client.marker());
+    let t = idle_side(args, addr, pid, &marker).await;
+    let client = client.finish_over(t.cpu_window);
+    let server = target.finish(t.cpu_window)?;
     let anchor = match args.anchor {
         Some(Anchor::Socketio) => {
             let a = anchor::SocketIoAnchor::spawn(&anchor_dir(args))?;
-            let o = idle_side(args, a.addr(), Some(a.pid())).await;
-            Some((o, a.stop()))
+            let o = idle_side(args, a.addr(), Some(a.pid()), &a.marker()).await;
+            let stats = a.stop(o.cpu_window);
+            Some((o, stats))
         }
         None => None,
     };
