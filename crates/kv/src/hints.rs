@@ -125,6 +125,14 @@ impl Hints {
         bounds: HintBounds,
         metrics: KvMetrics,
     ) -> Self {
+        match engine.forget_hints_except(&nodes) {
+            Ok(gone) => {
+                for (node, count) in gone {
+                    tracing::warn!(%node, count, "kv: dropped the hints kept for a node no longer in [kv] nodes");
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "kv: dropping the hints of former nodes failed"),
+        }
         let ledgers = nodes
             .iter()
             .map(|n| {
@@ -764,6 +772,35 @@ mod tests {
         assert_eq!(metrics.hints_dropped.get(), 2);
         assert_eq!(metrics.hints_pending_bytes.get(), size("big3", 4000) as i64);
         served.abort();
+    }
+
+    #[tokio::test]
+    async fn the_hints_of_a_node_no_longer_in_the_cluster_are_dropped_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = |nodes: &[&str]| {
+            let engine = Arc::new(Engine::open(dir.path(), SyncPolicy::None).unwrap());
+            let metrics = KvMetrics::default();
+            let nodes = nodes.iter().map(|n| n.to_string()).collect();
+            let hints = Hints::new(engine, nodes, DEFAULT_BOUNDS, metrics.clone());
+            (hints, metrics)
+        };
+        let (me, stays, goes) = (
+            "http://127.0.0.1:1",
+            "http://127.0.0.1:2",
+            "http://127.0.0.1:3",
+        );
+        {
+            let (hints, _) = open(&[me, stays, goes]);
+            hints.keep(1, b"k1", &value(1, 10));
+            hints.keep(2, b"k2", &value(2, 10));
+            hints.keep(2, b"k3", &value(3, 10));
+            hints.engine.persist().unwrap();
+        } // closed, as at a restart
+          // The cluster no longer lists `goes`.
+        let (hints, metrics) = open(&[me, stays]);
+        assert_eq!(metrics.hints_pending.get(), 1);
+        assert!(hints.engine.hints_for(goes, 10).unwrap().is_empty());
+        assert_eq!(hints.engine.hints_for(stays, 10).unwrap().len(), 1);
     }
 
     #[tokio::test]

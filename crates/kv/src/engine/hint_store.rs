@@ -107,6 +107,33 @@ impl Engine {
         Ok(totals)
     }
 
+    /// Removes every hint kept for a node not in `nodes` (one removed from
+    /// `[kv] nodes` since they were stored: nothing would ever deliver or
+    /// count them), and returns, per such node, how many there were.
+    pub fn forget_hints_except(&self, nodes: &[String]) -> Result<Vec<(String, usize)>, KvError> {
+        let mut gone: Vec<(String, usize)> = Vec::new();
+        let mut doomed = Vec::new();
+        for guard in self.hints.iter() {
+            let k = guard.key()?;
+            let node = k.split(|b| *b == 0).next().unwrap_or_default();
+            if nodes.iter().any(|n| n.as_bytes() == node) {
+                continue;
+            }
+            let node = String::from_utf8_lossy(node);
+            match gone.last_mut() {
+                // Keys are sorted, so one node's hints come together.
+                Some((last, n)) if *last == node => *n += 1,
+                _ => gone.push((node.into_owned(), 1)),
+            }
+            doomed.push(k);
+        }
+        for k in doomed {
+            let _guard = self.stripe(&k).lock();
+            self.hints.remove(k)?;
+        }
+        Ok(gone)
+    }
+
     /// Forgets a delivered hint, unless a newer one replaced it meanwhile;
     /// the [`hint_bytes`] removed, if it was.
     pub fn remove_hint(
