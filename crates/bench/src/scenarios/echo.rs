@@ -469,6 +469,8 @@ mod busy {
         let mut max_lag = Duration::ZERO;
         let mut send_duration = Duration::ZERO;
         let mut done_at: Option<Instant> = None;
+        // The server closed: no reply can come any more.
+        let mut closed = false;
         let mut pass = 0u32;
         // Until every message is written and every asked reply is in: the
         // last reply can come before the last (unanswered) messages are due.
@@ -516,6 +518,7 @@ mod busy {
                 match s.read(&mut chunk) {
                     Ok(0) => {
                         done_at.get_or_insert_with(Instant::now);
+                        closed = true;
                         break;
                     }
                     Ok(r) => tally.on_bytes(&chunk[..r])?,
@@ -523,6 +526,17 @@ mod busy {
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
                     Err(e) => return Err(e).context("reading echo replies"),
                 }
+            }
+            if closed {
+                if n < args.messages {
+                    anyhow::bail!(
+                        "the server closed the connection after {n} of {} messages",
+                        args.messages
+                    );
+                }
+                // Nothing more can arrive: spinning out the drain timeout
+                // would only burn the core.
+                break;
             }
             if n == args.messages {
                 let t = *done_at.get_or_insert_with(Instant::now);
@@ -831,6 +845,37 @@ mod tests {
         assert_eq!(o.rtt.count(), 390);
         let l = o.rtt.summary_us().unwrap();
         assert!(l.max >= 140_000.0, "{l:?}");
+    }
+
+    /// The busy-poll driver stops once the server has closed after the
+    /// last message, a reply still missing: nothing more can arrive, so
+    /// spinning out the 5 s drain timeout would only burn a core.
+    #[test]
+    fn the_busy_poll_driver_stops_when_the_server_closed() {
+        let addr = dropping_server(1_000, 4_000);
+        let args = EchoArgs {
+            rate: 20_000,
+            messages: 4_000,
+            warmup: 10,
+            respond_every: 10,
+            extra_bytes: 16,
+            tick_us: 20,
+            busy_poll: true,
+            cpu: None,
+            anchor: false,
+            common: CommonArgs {
+                target: Some(addr),
+                json: true,
+            },
+        };
+        let started = Instant::now();
+        let o = busy::drive(addr, &args, &Marker::default()).unwrap();
+        assert_eq!(o.replies, 399);
+        assert!(
+            started.elapsed() < DRAIN_TIMEOUT,
+            "took {:?}",
+            started.elapsed()
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
