@@ -847,6 +847,34 @@ mod tests {
         assert!(l.max >= 140_000.0, "{l:?}");
     }
 
+    /// A dropped warm-up reply does not push a measured one into the
+    /// warm-up: warm-up is decided by the reply's place in the schedule,
+    /// so every measured reply (past the first `warmup`) is recorded.
+    #[test]
+    fn a_dropped_warmup_reply_leaves_every_measured_one_recorded() {
+        let addr = dropping_server(0, 4_000);
+        let args = EchoArgs {
+            rate: 20_000,
+            messages: 4_000,
+            warmup: 10,
+            respond_every: 10,
+            extra_bytes: 16,
+            tick_us: 20,
+            busy_poll: false,
+            cpu: None,
+            anchor: false,
+            common: CommonArgs {
+                target: Some(addr),
+                json: true,
+            },
+        };
+        let o = drive(addr, &args, &Marker::default()).unwrap();
+        assert_eq!(o.replies, 399);
+        // The dropped reply was a warm-up one: nothing measured is late.
+        assert_eq!(o.late_replies, 0);
+        assert_eq!(o.rtt.count(), 390);
+    }
+
     /// The busy-poll driver stops once the server has closed after the
     /// last message, a reply still missing: nothing more can arrive, so
     /// spinning out the 5 s drain timeout would only burn a core.

@@ -96,13 +96,16 @@ impl ReplyTally {
             match frame {
                 Frame::Echo(e) => {
                     self.replies += 1;
-                    self.note(e.correlation_id);
+                    let k = self.note(e.correlation_id);
                     if now <= self.window_end {
                         self.confirmed_in_window = self
                             .confirmed_in_window
                             .max(e.correlation_id.max(-1) as u64 + 1);
                     }
-                    if self.replies > self.warmup {
+                    // Warm-up by the reply's place in the schedule, as
+                    // `finish` decides it: counting replies received would
+                    // take a measured reply for warm-up after a dropped one.
+                    if k.is_some_and(|k| k >= self.warmup) {
                         let rtt_ns = now.as_nanos() as i64 - e.send_time_ns;
                         self.rtt.record_ns(rtt_ns.max(1) as u64);
                         self.first_measured.get_or_insert(e.send_time_ns);
@@ -119,16 +122,19 @@ impl ReplyTally {
         Ok(())
     }
 
-    /// Notes that the reply to message `id` came.
-    fn note(&mut self, id: i64) {
-        let Ok(id) = u64::try_from(id) else { return };
+    /// Notes that the reply to message `id` came; its index among the
+    /// asked replies, if it is one.
+    fn note(&mut self, id: i64) -> Option<u64> {
+        let id = u64::try_from(id).ok()?;
         if !id.is_multiple_of(self.respond_every) {
-            return;
+            return None;
         }
         let k = id / self.respond_every;
-        if k < self.expected {
-            self.got[(k / 64) as usize] |= 1 << (k % 64);
+        if k >= self.expected {
+            return None;
         }
+        self.got[(k / 64) as usize] |= 1 << (k % 64);
+        Some(k)
     }
 
     /// The tally, once the receiver gave up waiting (now, and never
