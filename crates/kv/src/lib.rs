@@ -10,7 +10,8 @@
 //! batched per destination), [`batch`] (the replica batch format),
 //! [`batch_sender`] (each peer's batch sending task), [`store`] (the coordinator: fan-out, quorum,
 //! read repair), [`hints`] (hinted handoff), [`hint_bounds`] (the keys and
-//! bytes a replica's hints may hold), [`merkle`] (hash trees over
+//! bytes a replica's hints may hold), [`hint_gate`] (how many may be on
+//! their way to disk at once), [`merkle`] (hash trees over
 //! key ranges), [`entry_stream`] (the format ranges are streamed in),
 //! [`anti_entropy`] (tree exchanges with peers), [`background`] (its scans,
 //! at the lowest priority), [`metrics`] (counters),
@@ -31,6 +32,7 @@ pub mod engine;
 pub mod entry_stream;
 pub mod error;
 pub mod hint_bounds;
+pub mod hint_gate;
 pub mod hints;
 pub mod log_every;
 pub mod merkle;

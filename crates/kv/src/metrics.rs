@@ -22,11 +22,13 @@ pub struct KvMetrics {
     /// Hints delivered to their replica.
     pub hints_delivered: Counter,
     /// Hints dropped because a replica's bound (keys or bytes) was
-    /// reached.
+    /// reached, or too many of its hints were waiting for the disk
+    /// ([`crate::hints::MAX_KEEPS_IN_FLIGHT`]).
     pub hints_dropped: Counter,
     /// Hints dropped because their replica refused them (400, 413), or
-    /// never answered them in several rounds while answering the others:
-    /// they could never be delivered as they are.
+    /// never answered them in several rounds while answering the others,
+    /// or their record could not be decoded from disk: they could never
+    /// be delivered as they are.
     pub hints_refused: Counter,
     /// Keys with a pending hint, all replicas together.
     pub hints_pending: Gauge,
@@ -76,12 +78,12 @@ impl KvMetrics {
         );
         hub.register(
             "kv_hints_dropped",
-            "KV hints dropped because the replica's hint bound (keys or bytes) was reached",
+            "KV hints dropped because the replica's hint bound (keys or bytes) was reached, or too many were waiting for the disk",
             self.hints_dropped.clone(),
         );
         hub.register(
             "kv_hints_refused",
-            "KV hints dropped because their replica refused them (400, 413) or never answered them",
+            "KV hints dropped because their replica refused them (400, 413) or never answered them, or they could not be decoded",
             self.hints_refused.clone(),
         );
         hub.register(

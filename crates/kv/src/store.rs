@@ -426,8 +426,7 @@ impl KvStore {
     ) -> Result<(), String> {
         let r = self.write_replica(node, key.clone(), record.clone()).await;
         if r.is_err() && node != self.inner.ring.self_index() {
-            let hints = self.inner.hints.clone();
-            let _ = tokio::task::spawn_blocking(move || hints.keep(node, &key, &record)).await;
+            self.inner.hints.keep_soon(node, key, record).await;
         }
         r
     }

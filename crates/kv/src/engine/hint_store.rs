@@ -32,6 +32,25 @@ pub enum HintPut {
     Refused(HintChange),
 }
 
+/// Hints read for one node ([`Engine::hints_for`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct HintBatch {
+    /// Hints, as (key, record), in key order.
+    pub hints: Vec<(Bytes, Record)>,
+    /// Keys whose stored hint cannot be decoded (a record damaged on disk,
+    /// or written by an unknown version): they can never be delivered, and
+    /// are returned apart rather than failing the whole read, so that they
+    /// do not hold back the hints after them ([`Engine::remove_unreadable_hint`]).
+    pub unreadable: Vec<Bytes>,
+}
+
+impl HintBatch {
+    /// Neither hints nor unreadable ones: the node has none left.
+    pub fn is_empty(&self) -> bool {
+        self.hints.is_empty() && self.unreadable.is_empty()
+    }
+}
+
 /// Keys with a hint, and their [`hint_bytes`], of one node.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HintTotals {
@@ -53,7 +72,8 @@ impl Engine {
     /// Keeps `record` for `node` to deliver later, unless a hint at least
     /// as new is kept for the same key already. Before writing, asks
     /// `admit` whether the change may be made (under the key's lock, so
-    /// the change it sees is the one made).
+    /// the change it sees is the one made). A hint kept for the key that
+    /// cannot be decoded is replaced: it could never be delivered.
     pub fn put_hint(
         &self,
         node: &str,
@@ -63,35 +83,69 @@ impl Engine {
     ) -> Result<HintPut, KvError> {
         let hint_key = hint_key(node, key);
         let _guard = self.stripe(&hint_key).lock();
-        let current = match self.hints.get(&hint_key)? {
-            Some(v) => Some((Record::decode(Bytes::copy_from_slice(&v))?, v.len())),
-            None => None,
-        };
-        if current.as_ref().is_some_and(|(c, _)| !record.supersedes(c)) {
-            return Ok(HintPut::NotNewer);
+        let current = self
+            .hints
+            .get(&hint_key)?
+            .map(|v| (Record::decode(Bytes::copy_from_slice(&v)).ok(), v.len()));
+        if let Some((Some(kept), _)) = &current {
+            if !record.supersedes(kept) {
+                return Ok(HintPut::NotNewer);
+            }
         }
-        let encoded = record.encode();
+        // Sized without encoding: a value of up to `max_body_bytes` would
+        // otherwise be copied whole only to be refused by the bound.
         let change = HintChange {
-            bytes: hint_bytes(key.len(), encoded.len()),
+            bytes: hint_bytes(key.len(), record.encoded_len()),
             replaced: current.map(|(_, len)| hint_bytes(key.len(), len)),
         };
         if !admit(change) {
             return Ok(HintPut::Refused(change));
         }
-        self.hints.insert(&hint_key, encoded.as_ref())?;
+        self.hints.insert(&hint_key, record.encode().as_ref())?;
         Ok(HintPut::Stored(change))
     }
 
-    /// Up to `limit` hints kept for `node`, as (key, record).
-    pub fn hints_for(&self, node: &str, limit: usize) -> Result<Vec<(Bytes, Record)>, KvError> {
+    /// Up to `limit` hints kept for `node`, in key order, with the keys of
+    /// those among them that cannot be decoded apart. Fails only when the
+    /// storage does.
+    pub fn hints_for(&self, node: &str, limit: usize) -> Result<HintBatch, KvError> {
         let prefix = hint_key(node, b"");
-        let mut out = Vec::new();
+        let mut out = HintBatch::default();
         for guard in self.hints.prefix(&prefix).take(limit) {
             let (k, v) = guard.into_inner()?;
             let key = Bytes::copy_from_slice(&k[prefix.len()..]);
-            out.push((key, Record::decode(Bytes::copy_from_slice(&v))?));
+            match Record::decode(Bytes::copy_from_slice(&v)) {
+                Ok(record) => out.hints.push((key, record)),
+                Err(_) => out.unreadable.push(key),
+            }
         }
         Ok(out)
+    }
+
+    /// Removes the hint of `key` for `node` if it still cannot be decoded
+    /// (a newer hint may have replaced it meanwhile); the [`hint_bytes`]
+    /// removed, if it was.
+    pub fn remove_unreadable_hint(&self, node: &str, key: &[u8]) -> Result<Option<u64>, KvError> {
+        let hint_key = hint_key(node, key);
+        let _guard = self.stripe(&hint_key).lock();
+        let removed = match self.hints.get(&hint_key)? {
+            Some(v) if Record::decode(Bytes::copy_from_slice(&v)).is_err() => {
+                Some(hint_bytes(key.len(), v.len()))
+            }
+            _ => None,
+        };
+        if removed.is_some() {
+            self.hints.remove(hint_key)?;
+        }
+        Ok(removed)
+    }
+
+    /// Stores `bytes` as the hint of `key` for `node`, whatever they are:
+    /// for tests, to keep a record that cannot be decoded.
+    #[cfg(test)]
+    pub(crate) fn put_raw_hint(&self, node: &str, key: &[u8], bytes: &[u8]) -> Result<(), KvError> {
+        self.hints.insert(hint_key(node, key), bytes)?;
+        Ok(())
     }
 
     /// The keys and bytes of the hints kept for `node` (a scan that reads
@@ -146,7 +200,9 @@ impl Engine {
         let _guard = self.stripe(&hint_key).lock();
         let stored = match self.hints.get(&hint_key)? {
             Some(v) => {
-                let same = Record::decode(Bytes::copy_from_slice(&v))? == *delivered;
+                // One that cannot be decoded is not the one delivered.
+                let same =
+                    Record::decode(Bytes::copy_from_slice(&v)).is_ok_and(|r| r == *delivered);
                 same.then(|| hint_bytes(key.len(), v.len()))
             }
             None => None,
@@ -165,4 +221,51 @@ fn hint_key(node: &str, key: &[u8]) -> Vec<u8> {
     k.push(0);
     k.extend_from_slice(key);
     k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SyncPolicy;
+
+    const NODE: &str = "http://127.0.0.1:2";
+
+    #[test]
+    fn a_hint_that_cannot_be_decoded_is_read_apart_replaced_or_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(dir.path(), SyncPolicy::None).unwrap();
+        let record = Record::value(5, Bytes::from_static(b"v"));
+        for key in [b"a", b"c"] {
+            let put = engine.put_hint(NODE, key, &record, |_| true).unwrap();
+            assert!(matches!(put, HintPut::Stored(_)));
+        }
+        engine.put_raw_hint(NODE, b"b", b"\x09damaged").unwrap();
+        engine.put_raw_hint(NODE, b"d", b"\x09damaged").unwrap();
+
+        let read = engine.hints_for(NODE, 10).unwrap();
+        let keys: Vec<_> = read.hints.iter().map(|(k, _)| k.as_ref()).collect();
+        assert_eq!(keys, [b"a", b"c"]);
+        assert_eq!(read.unreadable, [&b"b"[..], b"d"]);
+
+        // Any hint replaces a damaged one, whatever its stamp, and the
+        // change names the damaged one's bytes as replaced.
+        let older = Record::value(1, Bytes::from_static(b"new"));
+        let put = engine.put_hint(NODE, b"b", &older, |_| true).unwrap();
+        assert_eq!(
+            put,
+            HintPut::Stored(HintChange {
+                bytes: hint_bytes(1, older.encoded_len()),
+                replaced: Some(hint_bytes(1, b"\x09damaged".len())),
+            })
+        );
+        assert_eq!(engine.remove_unreadable_hint(NODE, b"b").unwrap(), None);
+        assert_eq!(
+            engine.remove_unreadable_hint(NODE, b"d").unwrap(),
+            Some(hint_bytes(1, b"\x09damaged".len()))
+        );
+        // A delivered record is not a damaged one: nothing removed.
+        engine.put_raw_hint(NODE, b"e", b"\x09damaged").unwrap();
+        assert_eq!(engine.remove_hint(NODE, b"e", &record).unwrap(), None);
+        assert_eq!(engine.hint_totals(NODE).unwrap().keys, 4);
+    }
 }
