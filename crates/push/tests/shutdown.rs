@@ -2,28 +2,48 @@
 //! the messages already queued for it, then close code 1001; an Engine.IO
 //! session over websocket gets them, its close packet `1` and close 1001;
 //! over polling, the pending GET (or the next one) ends with `1`; new
-//! handshakes are refused with 503.
+//! handshakes are refused with 503. A session stuck writing to a client
+//! that reads nothing, or a websocket upgrade whose probe never comes,
+//! ends within `FLUSH_WAIT` of the shutdown, not after `ping_timeout_ms`
+//! (or `upgrade_timeout_ms`).
 
 mod common;
 
 use std::time::Duration;
 
 use common::{next_json, parse_response, Server, Ws};
-use futures::{SinkExt, StreamExt};
+use futures::{FutureExt, SinkExt, StreamExt};
 use serde_json::Value;
 use tidegate_hub::Message as HubMessage;
+use tidegate_push::session::task::DELIVERY_BATCH;
+use tidegate_push::shutdown::{BACKLOG, FLUSH_WAIT};
 use tidegate_push::PushConfig;
+use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::Message;
 
-/// Messages published just before the shutdown.
-const N: usize = 50;
+/// Messages published just before the shutdown: more than a session takes
+/// from its hub queue in one go, so that some are certainly still there
+/// when it sees the shutdown and only the shutdown's backlog drain can
+/// send them (all of them: fewer than that drain takes).
+const N: usize = 2 * DELIVERY_BATCH + 50;
+const _: () = assert!(N - DELIVERY_BATCH <= BACKLOG);
 
-async fn publish_n(s: &Server, topic: &str) {
+/// Publishes `N` messages on `topic`, then cancels the shutdown, without
+/// letting a session task run in between: the tests run on one thread and
+/// a publish with no routes and no backbone never waits (checked), so the
+/// sessions find the shutdown and `N` messages in their hub queue at once.
+async fn publish_n_then_shut_down(s: &Server, topic: &str) {
     for i in 0..N {
         let m = HubMessage::new(topic, format!("{{\"n\":{i}}}").into_bytes());
-        s.ctx.hub.publish(m).await.unwrap();
+        s.ctx
+            .hub
+            .publish(m)
+            .now_or_never()
+            .expect("a publish that does not wait")
+            .unwrap();
     }
+    s.ctx.shutdown.cancel();
 }
 
 /// `GET path` on a new connection, from a task of its own.
@@ -79,8 +99,7 @@ async fn ws_gets_what_was_queued_then_close_1001() {
     .unwrap();
     assert_eq!(next_json(&mut ws).await["op"], "subscribed");
 
-    publish_n(&s, "down.ws").await;
-    s.ctx.shutdown.cancel();
+    publish_n_then_shut_down(&s, "down.ws").await;
     let (texts, close) = until_close(&mut ws).await;
     assert_eq!(
         numbers(&texts, ""),
@@ -140,8 +159,7 @@ async fn engineio_websocket_gets_what_was_queued_the_close_packet_and_1001() {
         .unwrap();
     assert!(reply.to_text().unwrap().contains("subscribed"), "{reply:?}");
 
-    publish_n(&s, "down.eio").await;
-    s.ctx.shutdown.cancel();
+    publish_n_then_shut_down(&s, "down.eio").await;
     let (texts, close) = until_close(&mut ws).await;
     assert_eq!(numbers(&texts, "4"), (0..N as u64).collect::<Vec<_>>());
     assert_eq!(texts.last().map(String::as_str), Some("1"), "{texts:?}");
@@ -169,8 +187,7 @@ async fn engineio_polling_ends_with_the_close_packet() {
         })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
-    publish_n(&s, "down.poll").await;
-    s.ctx.shutdown.cancel();
+    publish_n_then_shut_down(&s, "down.poll").await;
 
     let (st, body) = tokio::time::timeout(Duration::from_secs(5), pending)
         .await
@@ -184,4 +201,134 @@ async fn engineio_polling_ends_with_the_close_packet() {
     let packets: Vec<String> = body.split('\u{1e}').map(str::to_owned).collect();
     assert_eq!(numbers(&packets, "4"), (0..N as u64).collect::<Vec<_>>());
     assert_eq!(packets.last().map(String::as_str), Some("1"), "{body}");
+}
+
+/// 1 KB messages published to a client that reads nothing: 20 MB, far
+/// past what the loopback socket buffers hold, so the server's write
+/// stalls.
+const STALL_MESSAGES: usize = 20_000;
+
+/// Heartbeats and upgrade timeout far longer than the tests: only the
+/// shutdown can end a stalled write (or a probe) in time.
+fn patient_config() -> PushConfig {
+    PushConfig {
+        queue_capacity: STALL_MESSAGES + 1,
+        ping_interval_ms: 60_000,
+        ping_timeout_ms: 60_000,
+        upgrade_timeout_ms: 60_000,
+        ..PushConfig::default()
+    }
+}
+
+async fn publish_kb(s: &Server, topic: &str) {
+    let kb = format!("\"{}\"", "x".repeat(1022));
+    for _ in 0..STALL_MESSAGES {
+        let m = HubMessage::new(topic, kb.clone());
+        s.ctx.hub.publish(m).await.unwrap();
+    }
+}
+
+/// Cancels the shutdown and waits until `gone()` holds, for at most
+/// `FLUSH_WAIT` + 1 s; panics otherwise.
+async fn shut_down_until(s: &Server, what: &str, gone: impl Fn() -> bool) {
+    let start = Instant::now();
+    s.ctx.shutdown.cancel();
+    let limit = FLUSH_WAIT + Duration::from_secs(1);
+    while !gone() {
+        assert!(
+            start.elapsed() < limit,
+            "{what} still there {limit:?} after the shutdown"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Reads what is left until the connection ends (a close frame, the end
+/// of the stream or a reset), within `limit`.
+async fn until_end(ws: &mut Ws, limit: Duration) {
+    let read = async {
+        while let Some(Ok(m)) = ws.next().await {
+            if m.is_close() {
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(limit, read)
+        .await
+        .expect("the connection ended");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ws_client_that_reads_nothing_does_not_hold_the_shutdown() {
+    let s = Server::start(patient_config()).await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", s.addr))
+        .await
+        .unwrap();
+    ws.send(Message::text(
+        r#"{"op":"subscribe","id":1,"patterns":["stall.>"]}"#,
+    ))
+    .await
+    .unwrap();
+    assert_eq!(next_json(&mut ws).await["op"], "subscribed");
+    // From here on the client reads nothing: the server's write stalls.
+    publish_kb(&s, "stall.ws").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let live = || s.ctx.stats.sessions(&s.ctx.sessions).ws;
+    assert_eq!(live(), 1);
+    shut_down_until(&s, "the stalled /ws connection", || live() == 0).await;
+    until_end(&mut ws, Duration::from_secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engineio_websocket_that_reads_nothing_does_not_hold_the_shutdown() {
+    let s = Server::start(patient_config()).await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!(
+        "ws://{}/engine.io/?EIO=4&transport=websocket",
+        s.addr
+    ))
+    .await
+    .unwrap();
+    let open = tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let open: Value = serde_json::from_str(&open.to_text().unwrap()[1..]).unwrap();
+    let sid = open["sid"].as_str().unwrap().to_owned();
+    ws.send(Message::text(
+        r#"4{"op":"subscribe","id":1,"patterns":["stall.>"]}"#,
+    ))
+    .await
+    .unwrap();
+    let reply = tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(reply.to_text().unwrap().contains("subscribed"), "{reply:?}");
+    // From here on the client reads nothing: the session's write stalls.
+    publish_kb(&s, "stall.eio").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(s.ctx.sessions.get(&sid).is_some());
+    shut_down_until(&s, "the stalled Engine.IO session", || {
+        s.ctx.sessions.get(&sid).is_none()
+    })
+    .await;
+    until_end(&mut ws, Duration::from_secs(10)).await;
+}
+
+#[tokio::test]
+async fn an_upgrade_whose_probe_never_comes_does_not_hold_the_shutdown() {
+    let s = Server::start(patient_config()).await;
+    let path = "/engine.io/";
+    let sid = s.open(path).await;
+    // The upgrade's websocket, on which the client never sends `2probe`.
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!(
+        "ws://{}{path}?EIO=4&transport=websocket&sid={sid}",
+        s.addr
+    ))
+    .await
+    .unwrap();
+    s.ctx.shutdown.cancel();
+    until_end(&mut ws, FLUSH_WAIT + Duration::from_secs(1)).await;
 }

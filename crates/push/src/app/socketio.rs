@@ -638,11 +638,17 @@ impl SocketIoApp {
             )?,
         };
         let deadline = tokio::time::Instant::now() + recovery_time(ctx);
-        let outcome = tokio::time::timeout_at(
+        let replay = tokio::time::timeout_at(
             deadline,
             self.replay_elsewhere(&key, had, nsp, grants, ctx, &*backbone, &registry),
-        )
-        .await;
+        );
+        // The session's task answers nothing else meanwhile, its shutdown
+        // included; and at shutdown the backbone reader stops, so the
+        // replay would wait for it until the deadline.
+        let outcome = tokio::select! {
+            r = replay => r.map_err(|_| "not recovered in time"),
+            _ = ctx.shutdown.cancelled() => Err("the server is shutting down"),
+        };
         match outcome {
             Ok(Some(r)) => {
                 self.recovery = Some(ticket);
@@ -651,8 +657,8 @@ impl SocketIoApp {
                 Some(r)
             }
             failed => {
-                if failed.is_err() {
-                    debug!(nsp, "cluster recovery: not recovered in time");
+                if let Err(why) = failed {
+                    debug!(nsp, why, "cluster recovery: not recovered");
                 }
                 // Put back what this session was (a fresh one drops the
                 // reserved id).

@@ -17,7 +17,9 @@
 //! At server shutdown the session writes what its outbox holds followed by
 //! the close packet `1` (over polling, as the end of the pending GET's
 //! answer), closes a websocket with code 1001, and is parked like a lost
-//! one ([`crate::shutdown`]).
+//! one ([`crate::shutdown`]). A websocket write under way when the
+//! shutdown comes goes on for at most [`crate::shutdown::FLUSH_WAIT`], all
+//! the session's writes from then on included.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +36,7 @@ use crate::app::App;
 use crate::context::PushContext;
 use crate::engineio::packet::EioPacket;
 use crate::recovery::park::{forget, park};
+use crate::shutdown::WriteBound;
 
 /// How a session task ends, for what becomes of its state.
 enum End {
@@ -75,13 +78,24 @@ pub async fn run(
         ctx.config.busy_write_delay(),
         ctx.load.clone(),
     );
+    let mut bound = WriteBound::new(&ctx.shutdown);
     let end = loop {
+        // Seen after a write or a packet as well as in the select: the
+        // session goes no further round, and what it holds goes out with
+        // its close.
+        if ctx.shutting_down() {
+            break End::Shutdown;
+        }
         if ws.is_none() {
             ws = session.take_ws_writer();
         }
         if let Some(tx) = ws.as_mut() {
             if flush.due(session.outbox_len()) {
-                if !write_outbox(tx, &session, &mut written, timeout).await {
+                if !write_outbox(tx, &session, &mut written, timeout, &mut bound).await {
+                    if ctx.shutting_down() {
+                        // Cut short by the shutdown: the close may still go.
+                        break End::Shutdown;
+                    }
                     break End::Lost("websocket write failed or stalled past pingTimeout".into());
                 }
                 flush.done();
@@ -160,7 +174,7 @@ pub async fn run(
             app.deliver(&backlog, session.transport(), &mut frames);
             session.send(frames.drain(..));
         }
-        go_away(&session, &mut ws, &mut written).await;
+        go_away(&session, &mut ws, &mut written, &mut bound).await;
     }
     session.close();
     ctx.sessions.remove(&session.sid);
@@ -202,12 +216,21 @@ pub async fn run(
 
 /// At shutdown, before the session closes (what its hub queue held is in
 /// the outbox already): queues the close packet `1` behind everything
-/// queued and waits, at most [`crate::shutdown::FLUSH_WAIT`], until it is
-/// written — by this task on a websocket, by the pending (or next) GET over
-/// polling — so the client gets what it was sent and learns the server is
-/// going away, instead of a broken connection it might retry here.
-async fn go_away(session: &EngineSession, ws: &mut Option<WsWriter>, written: &mut Vec<Outgoing>) {
-    let deadline = Instant::now() + crate::shutdown::FLUSH_WAIT;
+/// queued and waits until it is written — by this task on a websocket, by
+/// the pending (or next) GET over polling — so the client gets what it was
+/// sent and learns the server is going away, instead of a broken
+/// connection it might retry here. Waits at most what `bound` has left of
+/// [`crate::shutdown::FLUSH_WAIT`] (nothing, if the loop's last write used
+/// it up).
+async fn go_away(
+    session: &EngineSession,
+    ws: &mut Option<WsWriter>,
+    written: &mut Vec<Outgoing>,
+    bound: &mut WriteBound,
+) {
+    let deadline = bound
+        .deadline()
+        .unwrap_or_else(|| Instant::now() + crate::shutdown::FLUSH_WAIT);
     session.send_text(&b"1"[..]);
     loop {
         if ws.is_none() {
@@ -215,8 +238,7 @@ async fn go_away(session: &EngineSession, ws: &mut Option<WsWriter>, written: &m
             *ws = session.take_ws_writer();
         }
         if let Some(tx) = ws.as_mut() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            write_outbox(tx, session, written, left).await;
+            write_outbox(tx, session, written, crate::shutdown::FLUSH_WAIT, bound).await;
             return;
         }
         if session.outbox_len() == 0 {
@@ -235,12 +257,14 @@ async fn go_away(session: &EngineSession, ws: &mut Option<WsWriter>, written: &m
 const CLOSE_FRAME_WAIT: Duration = Duration::from_millis(500);
 
 /// Writes everything queued to the websocket and flushes once; false when
-/// the socket failed or the write stalled past `timeout`.
+/// the socket failed or the write stalled past `timeout` (or past what
+/// `bound` allows once the server shuts down).
 async fn write_outbox(
     tx: &mut WsWriter,
     session: &EngineSession,
     batch: &mut Vec<Outgoing>,
     timeout: Duration,
+    bound: &mut WriteBound,
 ) -> bool {
     session.take_all(batch);
     if batch.is_empty() {
@@ -252,9 +276,9 @@ async fn write_outbox(
         }
         tx.flush().await
     };
-    let ok = matches!(tokio::time::timeout(timeout, write).await, Ok(Ok(())));
+    let ok = matches!(bound.within(timeout, write).await, Some(Ok(())));
     if !ok {
-        debug!(sid = %session.sid, "websocket write failed or the client read nothing within pingTimeout");
+        debug!(sid = %session.sid, "websocket write failed, or the client read nothing within pingTimeout (or since the shutdown)");
     }
     batch.clear();
     ok

@@ -1,14 +1,15 @@
 //! The websocket transport: one Engine.IO packet per frame (binary packets
 //! as raw binary frames). A session opened on websocket starts with the
 //! open packet; a polling session upgrades with the probe (`2probe` →
-//! `3probe`, the pending GET released with `6`, then the client's `5`).
-//! The session task writes (everything queued, one flush per wake-up);
+//! `3probe`, the pending GET released with `6`, then the client's `5`;
+//! given up once the session ends, and at most [`FLUSH_WAIT`] after a
+//! shutdown). The session task writes (everything queued, one flush per wake-up);
 //! this side reads.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::response::Response;
 use futures::stream::SplitStream;
 use futures::StreamExt;
@@ -20,6 +21,7 @@ use crate::context::PushContext;
 use crate::engineio::handshake::HandshakeError;
 use crate::engineio::packet::EioPacket;
 use crate::session::EngineSession;
+use crate::shutdown::{WriteBound, FLUSH_WAIT};
 
 /// Bytes a websocket reads per read call. tungstenite allocates this much
 /// for every socket up front, keeps it, and zero-fills it on every read
@@ -64,13 +66,27 @@ pub fn serve_upgrade(
     }
     let timeout = Duration::from_millis(ctx.config.upgrade_timeout_ms);
     limits(ws, &ctx).on_upgrade(move |mut socket| async move {
-        match tokio::time::timeout(timeout, probe(&mut socket, &s)).await {
-            Ok(true) => run(socket, &s, upgraded).await,
-            _ => {
-                debug!(sid = %s.sid, "websocket upgrade failed; session stays on polling");
-                s.abort_upgrade();
-                let _ = socket.send(Message::Close(None)).await;
-            }
+        // Bounded like a write: a shutdown leaves the probe at most
+        // FLUSH_WAIT to complete (so the session's close can still take
+        // the websocket), and a session that ends meanwhile ends it.
+        let mut bound = WriteBound::new(&ctx.shutdown);
+        let probed = tokio::select! {
+            r = bound.within(timeout, probe(&mut socket, &s)) => r == Some(true),
+            _ = s.closed() => false,
+        };
+        if probed {
+            run(socket, &s, upgraded).await;
+        } else {
+            debug!(sid = %s.sid, "websocket upgrade failed; session stays on polling");
+            s.abort_upgrade();
+            let frame = ctx.shutting_down().then(|| CloseFrame {
+                code: crate::ws::server::CLOSE_GOING_AWAY,
+                reason: crate::shutdown::REASON.into(),
+            });
+            // A client that reads nothing is not waited for.
+            let _ = bound
+                .within(FLUSH_WAIT, socket.send(Message::Close(frame)))
+                .await;
         }
     })
 }

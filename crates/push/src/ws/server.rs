@@ -8,7 +8,8 @@
 //! leaves a write pending that long (it reads nothing). With recovery on, a
 //! lost connection's session is parked for its client to recover. At server
 //! shutdown the connection writes what it holds and closes with code 1001
-//! ([`crate::shutdown`]); a new one is refused with 503.
+//! ([`crate::shutdown`]), a write under way included, within
+//! [`crate::shutdown::FLUSH_WAIT`]; a new one is refused with 503.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +34,7 @@ use crate::engineio::handshake::query_param;
 use crate::recovery::park::park;
 use crate::session::flush::FlushTimer;
 use crate::session::task::DELIVERY_BATCH;
+use crate::shutdown::WriteBound;
 
 /// WebSocket close code "policy violation": a slow consumer, a refused token.
 pub const CLOSE_POLICY: u16 = 1008;
@@ -84,13 +86,13 @@ fn close(code: u16, reason: String) -> Message {
     }))
 }
 
-/// Sends `m`, giving up after `limit` (a client that reads nothing); false
-/// when it was not sent.
-async fn send_timed<S>(tx: &mut S, m: Message, limit: Duration) -> bool
+/// Sends `m`, giving up after `limit` (a client that reads nothing) or
+/// soon after a shutdown ([`WriteBound`]); false when it was not sent.
+async fn send_timed<S>(tx: &mut S, m: Message, limit: Duration, bound: &mut WriteBound) -> bool
 where
     S: futures::Sink<Message> + Unpin,
 {
-    matches!(tokio::time::timeout(limit, tx.send(m)).await, Ok(Ok(())))
+    matches!(bound.within(limit, tx.send(m)).await, Some(Ok(())))
 }
 
 fn frame(o: JsonOut) -> Message {
@@ -137,11 +139,19 @@ async fn serve(
         ctx.config.busy_write_delay(),
         ctx.load.clone(),
     );
+    let mut bound = WriteBound::new(&ctx.shutdown);
     let end = loop {
+        // Seen after a write or a request as well as in the select: the
+        // session goes no further round, and what it holds goes out with
+        // its close.
+        if ctx.shutting_down() {
+            break End::Shutdown;
+        }
         // One flush for everything the last wake-up produced. A client
         // that does not read stalls the write; one that lets a frame wait
         // longer than the ping timeout is as dead as one that sends no
         // pong, and its backlog stays in the bounded hub queue meanwhile.
+        // A shutdown cuts the wait short (`WriteBound`).
         if flush.due(out.len()) {
             flush.done();
             let write = async {
@@ -150,10 +160,14 @@ async fn serve(
                 }
                 tx.flush().await
             };
-            match tokio::time::timeout(timeout, write).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => break End::Lost,
-                Err(_) => {
+            match bound.within(timeout, write).await {
+                Some(Ok(())) => {}
+                Some(Err(_)) => break End::Lost,
+                None if ctx.shutting_down() => {
+                    debug!("/ws client read nothing since the shutdown; closing");
+                    break End::Shutdown;
+                }
+                None => {
                     debug!("/ws client read nothing within ping_timeout_ms; closing");
                     break End::Lost;
                 }
@@ -184,7 +198,7 @@ async fn serve(
                         batch.clear();
                     }
                     Err(e) => {
-                        send_timed(&mut tx, close(CLOSE_POLICY, e.to_string()), timeout).await;
+                        send_timed(&mut tx, close(CLOSE_POLICY, e.to_string()), timeout, &mut bound).await;
                         break End::Closed;
                     }
                 }
@@ -192,21 +206,21 @@ async fn serve(
             _ = sleep_until(next_ping), if pong_due.is_none() => {
                 // Timed like every write: a ping queued behind a full
                 // socket buffer must not hold the loop (and the pong
-                // deadline with it) forever.
-                if !send_timed(&mut tx, Message::Ping(Default::default()), timeout).await {
-                    break End::Lost;
+                // deadline with it) forever, nor the shutdown.
+                if !send_timed(&mut tx, Message::Ping(Default::default()), timeout, &mut bound).await {
+                    break if ctx.shutting_down() { End::Shutdown } else { End::Lost };
                 }
                 pong_due = Some(Instant::now() + timeout);
             }
             _ = sleep_until(pong_due.unwrap_or_else(Instant::now)), if pong_due.is_some() => {
                 debug!("/ws client sent no pong within ping_timeout_ms; closing");
-                send_timed(&mut tx, close(CLOSE_GOING_AWAY, "ping timeout".into()), timeout).await;
+                send_timed(&mut tx, close(CLOSE_GOING_AWAY, "ping timeout".into()), timeout, &mut bound).await;
                 break End::Lost;
             }
             _ = flush.wait(), if flush.is_armed() => {}
             _ = ctx.shutdown.cancelled() => break End::Shutdown,
             _ = async { handle.as_ref().expect("guarded").requested().await }, if handle.is_some() => {
-                send_timed(&mut tx, close(CLOSE_POLICY, "session recovered by another connection".into()), timeout).await;
+                send_timed(&mut tx, close(CLOSE_POLICY, "session recovered by another connection".into()), timeout, &mut bound).await;
                 break End::TakenOver;
             }
         }
@@ -225,7 +239,7 @@ async fn serve(
     let mut app = App::Json(Box::new(session));
     match end {
         End::Shutdown => {
-            go_away(tx, rx, out, upgraded.as_ref()).await;
+            go_away(tx, rx, out, upgraded.as_ref(), bound).await;
             // Kept like a lost connection's: in cluster mode the client
             // may still recover it on another node.
             park(app, &ctx)
@@ -243,12 +257,15 @@ async fn serve(
 
 /// At shutdown: writes the frames `out` holds, then a close frame 1001, and
 /// waits briefly for the client's close in return (the close handshake),
-/// each bounded so a client that reads nothing does not hold the drain.
+/// each bounded so a client that reads nothing does not hold the drain:
+/// the writes by what `bound` has left of [`crate::shutdown::FLUSH_WAIT`]
+/// (nothing, if the loop's last write used it up).
 async fn go_away(
     mut tx: SplitSink<WebSocket, Message>,
     mut rx: SplitStream<WebSocket>,
     out: Vec<JsonOut>,
     upgraded: Option<&UpgradedBytes>,
+    mut bound: WriteBound,
 ) {
     use crate::shutdown::{CLOSE_REPLY_WAIT, FLUSH_WAIT, REASON};
     let write = async {
@@ -257,7 +274,7 @@ async fn go_away(
         }
         tx.send(close(CLOSE_GOING_AWAY, REASON.into())).await
     };
-    if !matches!(tokio::time::timeout(FLUSH_WAIT, write).await, Ok(Ok(()))) {
+    if !matches!(bound.within(FLUSH_WAIT, write).await, Some(Ok(()))) {
         debug!("/ws client read nothing of its last frames at shutdown");
         return;
     }
