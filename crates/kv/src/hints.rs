@@ -20,8 +20,11 @@
 //! safe under last-write-wins.
 //!
 //! A node's hints are written one at a time, at most
-//! [`MAX_KEEPS_IN_FLIGHT`] waiting ([`crate::hint_gate`]); one more is
-//! dropped and counted in `hints_dropped` like one past a bound.
+//! [`MAX_KEEPS_IN_FLIGHT`] of at most [`MAX_KEEP_BYTES_IN_FLIGHT`] together
+//! waiting ([`crate::hint_gate`]); one more is dropped and counted in
+//! `hints_dropped` like one past a bound. A hint larger than the node's
+//! byte bound is dropped before it waits: it could not be kept, and would
+//! hold its record in memory meanwhile.
 //!
 //! Every [`REPLAY_INTERVAL`] a round offers each node its hints in key
 //! order, each as a signed one-entry `PUT` [`BATCH_PATH`] of its own (not
@@ -67,7 +70,7 @@ use parking_lot::Mutex;
 
 use crate::batch::{self, BatchOp, BatchReply};
 use crate::client::{ReplicaClient, BATCH_PATH};
-use crate::engine::{Engine, HintPut, HintTotals};
+use crate::engine::{hint_bytes, Engine, HintPut, HintTotals};
 use crate::error::KvError;
 use crate::hint_bounds::{Exceeded, HintBounds, HintLedger};
 use crate::hint_gate::KeepGate;
@@ -90,6 +93,17 @@ pub const MAX_LOST_IN_A_ROW: usize = 8;
 /// once — its client queue (8,192 operations) and two batches in flight
 /// (4,096 each) — so that only a stalled disk makes one more be dropped.
 pub const MAX_KEEPS_IN_FLIGHT: usize = 16_384;
+/// Bytes of hints ([`hint_bytes`]) per replica that may wait to be
+/// written or be written at once, unless one hint alone is larger
+/// ([`crate::hint_gate`]). Each holds its record in memory, after the
+/// client was answered and outside the hub's in-flight byte budget. 64 MiB
+/// is 8 times the two batches a replica going away fails at once (4 MiB
+/// each), so that on a healthy disk only values of several MiB failing in
+/// a burst fill it; a replica that misses those catches up through read
+/// repair and anti-entropy. Not lowered to a node's byte bound when that
+/// is lower: hints waiting for the same keys replace each other on disk,
+/// so more may wait than the bound holds.
+pub const MAX_KEEP_BYTES_IN_FLIGHT: u64 = 64 * 1024 * 1024;
 /// How often a count of a node's hints on disk that failed is tried again
 /// (it scans them all, holding back that node's new hints meanwhile).
 pub const COUNT_RETRY_INTERVAL: Duration = Duration::from_secs(30);
@@ -125,7 +139,8 @@ struct Warnings {
     /// A hint dropped at a bound: while a node is away with its bound
     /// full, every write to it drops one.
     dropped: Mutex<LogEvery>,
-    /// A hint dropped with [`MAX_KEEPS_IN_FLIGHT`] in flight.
+    /// A hint dropped with [`MAX_KEEPS_IN_FLIGHT`] in flight, or their
+    /// bytes at their bound.
     busy: Mutex<LogEvery>,
     /// A hint that cannot be decoded, deleted.
     unreadable: Mutex<LogEvery>,
@@ -213,7 +228,7 @@ impl Hints {
             warnings: nodes.iter().map(|_| Warnings::new()).collect(),
             gates: nodes
                 .iter()
-                .map(|_| KeepGate::new(MAX_KEEPS_IN_FLIGHT))
+                .map(|_| KeepGate::new(MAX_KEEPS_IN_FLIGHT, MAX_KEEP_BYTES_IN_FLIGHT))
                 .collect(),
             nodes,
             bounds,
@@ -226,22 +241,53 @@ impl Hints {
 
     /// Keeps `record` for node `node` ([`Hints::keep`]) on the blocking
     /// pool, once the node's hints before it are written; drops it and
-    /// counts it when [`MAX_KEEPS_IN_FLIGHT`] are in flight for the node
-    /// already (see [`crate::hint_gate`]).
+    /// counts it when it alone is past the node's byte bound, or when the
+    /// hints in flight for the node are at their bounds already (see
+    /// [`crate::hint_gate`]).
     pub async fn keep_soon(self: &Arc<Self>, node: usize, key: Bytes, record: Record) {
-        let Some(ticket) = self.gates[node].try_enter() else {
+        let bytes = hint_bytes(key.len(), record.encoded_len());
+        if bytes > self.bounds.bytes {
+            // It can never be kept (bar replacing a larger hint kept under
+            // a bound lowered since: not worth holding a record that large
+            // in memory behind the queue for).
             self.metrics.hints_dropped.inc();
-            if let Some(unlogged) = due(&self.warnings[node].busy) {
+            if let Some(unlogged) = due(&self.warnings[node].dropped) {
                 tracing::warn!(
                     node = %self.nodes[node],
-                    in_flight = MAX_KEEPS_IN_FLIGHT,
+                    bound = Exceeded::Bytes.as_str(),
+                    hint_bytes = bytes,
+                    max_bytes = self.bounds.bytes,
                     dropped_unlogged = unlogged,
-                    "kv: hint dropped, too many of this node's hints are waiting for the disk \
+                    "kv: hint dropped, it alone is past the node's hint bound \
                      (one warning per {} s; tidegate_kv_hints_dropped_total counts them all)",
                     WARNING_EVERY.as_secs()
                 );
             }
             return;
+        }
+        let gate = &self.gates[node];
+        let ticket = match gate.try_enter(bytes) {
+            Ok(ticket) => ticket,
+            Err(full) => {
+                self.metrics.hints_dropped.inc();
+                if let Some(unlogged) = due(&self.warnings[node].busy) {
+                    tracing::warn!(
+                        node = %self.nodes[node],
+                        bound = full.as_str(),
+                        hint_bytes = bytes,
+                        in_flight = gate.in_flight(),
+                        in_flight_bytes = gate.in_flight_bytes(),
+                        max_in_flight = MAX_KEEPS_IN_FLIGHT,
+                        max_in_flight_bytes = gate.max_bytes(),
+                        dropped_unlogged = unlogged,
+                        "kv: hint dropped, too many of this node's hints (or bytes of them) \
+                         are waiting for the disk \
+                         (one warning per {} s; tidegate_kv_hints_dropped_total counts them all)",
+                        WARNING_EVERY.as_secs()
+                    );
+                }
+                return;
+            }
         };
         let turn = ticket.turn().await;
         let hints = self.clone();
@@ -1035,7 +1081,7 @@ mod tests {
         let (hints, metrics) = hints_in(dir.path(), peer, DEFAULT_BOUNDS);
         // Every place taken, as by hints waiting behind a stalled disk.
         let taken: Vec<_> = (0..MAX_KEEPS_IN_FLIGHT)
-            .map(|_| hints.gates[1].try_enter().unwrap())
+            .map(|_| hints.gates[1].try_enter(1).unwrap())
             .collect();
         hints
             .keep_soon(1, Bytes::from_static(b"k"), value(1, 10))
@@ -1051,6 +1097,72 @@ mod tests {
         assert_eq!(metrics.hints_stored.get(), 1);
         assert_eq!(metrics.hints_pending.get(), 1);
         assert_eq!(hints.gates[1].in_flight(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_hint_past_the_bytes_in_flight_is_dropped_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let peer = "http://127.0.0.1:2";
+        let bounds = HintBounds {
+            keys: MAX_HINTS_PER_NODE,
+            bytes: 10_000,
+        };
+        let (hints, metrics) = hints_in(dir.path(), peer, bounds);
+        let gate = &hints.gates[1];
+        assert_eq!(gate.max_bytes(), MAX_KEEP_BYTES_IN_FLIGHT);
+        // Bytes waiting, as behind a stalled disk: a hint that fits the
+        // node's bound but not beside them is dropped.
+        let waiting = gate.try_enter(MAX_KEEP_BYTES_IN_FLIGHT - 1000).unwrap();
+        hints
+            .keep_soon(1, Bytes::from_static(b"k"), value(1, 4000))
+            .await;
+        assert_eq!(metrics.hints_dropped.get(), 1);
+        assert_eq!(metrics.hints_stored.get(), 0);
+        assert_eq!(
+            gate.in_flight_bytes(),
+            MAX_KEEP_BYTES_IN_FLIGHT - 1000,
+            "it left nothing reserved"
+        );
+
+        drop(waiting);
+        hints
+            .keep_soon(1, Bytes::from_static(b"k"), value(1, 4000))
+            .await;
+        assert_eq!(metrics.hints_stored.get(), 1);
+        assert_eq!((gate.in_flight(), gate.in_flight_bytes()), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_hint_past_the_byte_bound_is_dropped_without_waiting_for_a_turn() {
+        use futures::FutureExt;
+        let dir = tempfile::tempdir().unwrap();
+        let peer = "http://127.0.0.1:2";
+        let bounds = HintBounds {
+            keys: MAX_HINTS_PER_NODE,
+            bytes: 10_000,
+        };
+        let (hints, metrics) = hints_in(dir.path(), peer, bounds);
+        // The node's turn held, as by a hint being written to a stalled
+        // disk: any hint let in would wait (holding its record).
+        let writing = hints.gates[1].try_enter(1).unwrap().turn().await;
+
+        let large = hints.keep_soon(1, Bytes::from_static(b"k"), value(1, 10_000));
+        assert!(
+            large.now_or_never().is_some(),
+            "dropped at once, not queued behind the turn"
+        );
+        assert_eq!(metrics.hints_dropped.get(), 1);
+        assert_eq!(hints.gates[1].in_flight(), 1, "only the one writing");
+        assert_eq!(hints.gates[1].in_flight_bytes(), 1);
+
+        // One within the bound waits for the turn as before.
+        let mut small = Box::pin(hints.keep_soon(1, Bytes::from_static(b"s"), value(2, 10)));
+        assert!(small.as_mut().now_or_never().is_none(), "it waits its turn");
+        drop(writing);
+        small.await;
+        assert_eq!(metrics.hints_stored.get(), 1);
+        assert_eq!(metrics.hints_dropped.get(), 1);
+        assert_eq!(hints.engine.hints_for(peer, 10).unwrap().hints.len(), 1);
     }
 
     #[tokio::test]

@@ -10,8 +10,8 @@
 //! batched per destination), [`batch`] (the replica batch format),
 //! [`batch_sender`] (each peer's batch sending task), [`store`] (the coordinator: fan-out, quorum,
 //! read repair), [`hints`] (hinted handoff), [`hint_bounds`] (the keys and
-//! bytes a replica's hints may hold), [`hint_gate`] (how many may be on
-//! their way to disk at once), [`merkle`] (hash trees over
+//! bytes a replica's hints may hold), [`hint_gate`] (how many, and how
+//! many bytes of them, may be on their way to disk at once), [`merkle`] (hash trees over
 //! key ranges), [`entry_stream`] (the format ranges are streamed in),
 //! [`anti_entropy`] (tree exchanges with peers), [`background`] (its scans,
 //! at the lowest priority), [`metrics`] (counters),

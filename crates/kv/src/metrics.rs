@@ -22,8 +22,9 @@ pub struct KvMetrics {
     /// Hints delivered to their replica.
     pub hints_delivered: Counter,
     /// Hints dropped because a replica's bound (keys or bytes) was
-    /// reached, or too many of its hints were waiting for the disk
-    /// ([`crate::hints::MAX_KEEPS_IN_FLIGHT`]).
+    /// reached, or too many of its hints, or bytes of them, were waiting
+    /// for the disk ([`crate::hints::MAX_KEEPS_IN_FLIGHT`],
+    /// [`crate::hints::MAX_KEEP_BYTES_IN_FLIGHT`]).
     pub hints_dropped: Counter,
     /// Hints dropped because their replica refused them (400, 413), or
     /// never answered them in several rounds while answering the others,
@@ -78,7 +79,7 @@ impl KvMetrics {
         );
         hub.register(
             "kv_hints_dropped",
-            "KV hints dropped because the replica's hint bound (keys or bytes) was reached, or too many were waiting for the disk",
+            "KV hints dropped because the replica's hint bound (keys or bytes) was reached, or too many (or too many bytes) were waiting for the disk",
             self.hints_dropped.clone(),
         );
         hub.register(
