@@ -12,6 +12,10 @@
 //! the shutdown too, not only once the write gives up (`ping_timeout_ms`,
 //! 20 s by default): its writes go through a [`WriteBound`], which cuts
 //! them short [`FLUSH_WAIT`] after the shutdown.
+//!
+//! A connection state recovery under way is given up too, and one that did
+//! not succeed is not answered: a clean start would hand the client a new
+//! session id in place of the one it can still recover on another node.
 
 use std::future::Future;
 use std::time::Duration;

@@ -5,16 +5,24 @@
 //! handshakes are refused with 503. A session stuck writing to a client
 //! that reads nothing, or a websocket upgrade whose probe never comes,
 //! ends within `FLUSH_WAIT` of the shutdown, not after `ping_timeout_ms`
-//! (or `upgrade_timeout_ms`).
+//! (or `upgrade_timeout_ms`). A recovery under way at the shutdown (from
+//! the cluster backbone, or waiting for another session's state) is not
+//! answered: the client keeps the session id it asked for, for another
+//! node.
 
 mod common;
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{next_json, parse_response, Server, Ws};
 use futures::{FutureExt, SinkExt, StreamExt};
-use serde_json::Value;
-use tidegate_hub::Message as HubMessage;
+use serde_json::{json, Value};
+use tidegate_hub::backbone::{HistoryFuture, Positions, Replay};
+use tidegate_hub::{Backbone, Message as HubMessage, Pattern, SharedMessage, SinkFuture};
+use tidegate_push::recovery::cluster::{key_of, Op, Update};
+use tidegate_push::recovery::{Claim, Protocol, TAKEOVER_TIMEOUT};
 use tidegate_push::session::task::DELIVERY_BATCH;
 use tidegate_push::shutdown::{BACKLOG, FLUSH_WAIT};
 use tidegate_push::PushConfig;
@@ -331,4 +339,176 @@ async fn an_upgrade_whose_probe_never_comes_does_not_hold_the_shutdown() {
     .unwrap();
     s.ctx.shutdown.cancel();
     until_end(&mut ws, FLUSH_WAIT + Duration::from_secs(1)).await;
+}
+
+/// With recovery on, long enough for the tests.
+fn recovering() -> PushConfig {
+    PushConfig {
+        recovery_window_ms: 60_000,
+        ..PushConfig::default()
+    }
+}
+
+/// A cluster backbone whose `positions` — the first thing a recovery from
+/// the backbone asks — never answers, so such a recovery stays under way
+/// until the shutdown. It says when it was asked, and keeps what the node
+/// announces on it.
+#[derive(Debug, Default)]
+struct StuckBackbone {
+    asked: tokio::sync::Notify,
+    announced: std::sync::Mutex<Vec<SharedMessage>>,
+}
+
+impl Backbone for StuckBackbone {
+    fn carries(&self, _topic: &str) -> bool {
+        false
+    }
+
+    fn try_send(&self, msg: SharedMessage) -> Result<(), SharedMessage> {
+        self.announced.lock().unwrap().push(msg);
+        Ok(())
+    }
+
+    fn send(&self, msg: SharedMessage) -> SinkFuture<'_> {
+        self.announced.lock().unwrap().push(msg);
+        Box::pin(async {})
+    }
+
+    fn positions(&self) -> HistoryFuture<'_, Positions> {
+        self.asked.notify_one();
+        Box::pin(std::future::pending())
+    }
+
+    fn delivered(&self) -> Positions {
+        Positions::new()
+    }
+
+    fn replay(&self, _: Positions, _: Vec<Pattern>, _: usize) -> HistoryFuture<'_, Replay> {
+        Box::pin(std::future::pending())
+    }
+}
+
+/// Over polling: a Socket.IO CONNECT asking to recover `pid`; once
+/// `under_way` resolves (the recovery is waiting), the shutdown. Returns
+/// every packet the session sends until its close packet `1`.
+async fn recover_at_shutdown(
+    s: &Server,
+    pid: &str,
+    under_way: impl Future<Output = ()>,
+) -> Vec<String> {
+    let path = "/socket.io/";
+    let sid = s.open(path).await;
+    let connect = format!(r#"40{{"pid":"{pid}","offset":"0"}}"#);
+    assert_eq!(s.post(path, &sid, connect.as_bytes()).await.0, 200);
+    tokio::time::timeout(Duration::from_secs(5), under_way)
+        .await
+        .expect("the recovery under way");
+    let start = Instant::now();
+    s.ctx.shutdown.cancel();
+    let mut packets: Vec<String> = Vec::new();
+    while !packets.iter().any(|p| p == "1") {
+        let (st, body) = s.get(path, &sid).await;
+        assert_eq!(
+            st, 200,
+            "the session ended before its close packet: {packets:?}"
+        );
+        let body = String::from_utf8(body).unwrap();
+        packets.extend(body.split('\u{1e}').map(str::to_owned));
+    }
+    assert!(
+        start.elapsed() < FLUSH_WAIT + Duration::from_secs(1),
+        "the close came {:?} after the shutdown",
+        start.elapsed()
+    );
+    packets
+}
+
+#[tokio::test]
+async fn a_socketio_recovery_from_the_backbone_under_way_at_shutdown_is_not_answered() {
+    let s = Server::start(recovering()).await;
+    let backbone = Arc::new(StuckBackbone::default());
+    s.ctx.hub.set_backbone(backbone.clone()).unwrap();
+    assert!(s.ctx.cluster_recovery());
+    // The session, as the node that served it announced it.
+    let pid = "served-by-another-node";
+    s.ctx.cluster_sessions.as_ref().unwrap().apply(Update {
+        key: key_of(pid),
+        nsp: "/".into(),
+        owner: "its-owner".into(),
+        version: 1,
+        op: Op::Own {
+            subject: None,
+            sid: Some("its-socket".into()),
+            groups: Vec::new(),
+        },
+    });
+
+    let packets = recover_at_shutdown(&s, pid, backbone.asked.notified()).await;
+    // A CONNECT answer (a clean start: a new pid) would make
+    // socket.io-client forget the pid it can still recover elsewhere.
+    assert_eq!(packets, ["1"], "nothing but the close");
+    // Nor was the session announced under a new pid, or as gone.
+    let announced = backbone.announced.lock().unwrap();
+    assert!(announced.is_empty(), "announced: {announced:?}");
+}
+
+#[tokio::test]
+async fn a_socketio_takeover_under_way_at_shutdown_is_not_answered() {
+    let s = Server::start(recovering()).await;
+    // A session whose owner never hands it over: the takeover waits for
+    // it (up to TAKEOVER_TIMEOUT) until the shutdown.
+    let grants = s.ctx.authorize(None).unwrap();
+    let held = s
+        .ctx
+        .recovery
+        .register(16, Claim::new(Protocol::SocketIo, &grants))
+        .unwrap();
+
+    let packets = recover_at_shutdown(&s, held.pid(), held.handle().requested()).await;
+    assert_eq!(packets, ["1"], "nothing but the close");
+}
+
+#[tokio::test]
+async fn a_ws_recover_under_way_at_shutdown_is_not_answered() {
+    let s = Server::start(recovering()).await;
+    let grants = s.ctx.authorize(None).unwrap();
+    let held = s
+        .ctx
+        .recovery
+        .register(16, Claim::new(Protocol::Json, &grants))
+        .unwrap();
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", s.addr))
+        .await
+        .unwrap();
+    assert_eq!(next_json(&mut ws).await["op"], "session");
+    let recover = json!({"op": "recover", "id": 5, "session": held.pid(), "offset": 0});
+    ws.send(Message::text(recover.to_string())).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), held.handle().requested())
+        .await
+        .expect("the takeover under way");
+
+    let start = Instant::now();
+    s.ctx.shutdown.cancel();
+    // Read past TAKEOVER_TIMEOUT: a recover that went on waiting would be
+    // answered (not recovered, with this connection's new id) by then.
+    let mut texts = Vec::new();
+    let close = tokio::time::timeout(TAKEOVER_TIMEOUT + Duration::from_secs(2), async {
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Text(t))) => texts.push(t.to_string()),
+                Some(Ok(Message::Close(f))) => return f.map(|f| u16::from(f.code)),
+                Some(Ok(_)) => {}
+                other => panic!("socket ended without a close frame: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("a close frame");
+    let took = start.elapsed();
+    assert!(texts.is_empty(), "nothing but the close: {texts:?}");
+    assert_eq!(close, Some(u16::from(CloseCode::Away)));
+    assert!(
+        took < FLUSH_WAIT + Duration::from_secs(1),
+        "closed {took:?} after the shutdown"
+    );
 }

@@ -3,7 +3,9 @@
 //! Errors are answered (`{"op":"error",…}`), never fatal: the transport
 //! bounds message sizes. With recovery on, the session's first frame is
 //! `{"op":"session","session":id}`, messages carry `"offset"`, and
-//! `{"op":"recover",…}` takes a lost session over ([`crate::recovery`]).
+//! `{"op":"recover",…}` takes a lost session over ([`crate::recovery`]);
+//! one that does not succeed once the server is shutting down is not
+//! answered.
 //! In cluster mode a subscribe can ask for the backbone's `positions` and
 //! recover `from` them on any node ([`tidegate_hub::backbone`]).
 
@@ -130,7 +132,7 @@ impl JsonSession {
             return Err("recover must come before any subscribe");
         }
         let claim = Claim::new(Protocol::Json, &self.grants);
-        let mut old = match ctx.recovery.take(pid, &claim).await {
+        let mut old = match ctx.recovery.take(pid, &claim, &ctx.shutdown).await {
             Ok(App::Json(old)) => old,
             // The claim said `/ws`: not reached.
             Ok(_) | Err(NotTaken::Unknown) => return Err("unknown or expired session"),
@@ -262,6 +264,13 @@ impl JsonSession {
                 offset,
             } => {
                 let r = self.take_over(&session, offset, ctx).await;
+                if r.is_err() && ctx.shutting_down() {
+                    // Given up for the shutdown (or failed during it): no
+                    // answer, whose `session` would be this connection's
+                    // new id. The client sees the close 1001 that follows
+                    // and asks again elsewhere with the id it had.
+                    return;
+                }
                 ctx.recovery.count(r.is_ok());
                 let mut answer = json!({"op": "recovered", "id": id, "recovered": r.is_ok(), "session": self.pid()});
                 if let Err(why) = &r {

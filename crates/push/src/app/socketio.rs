@@ -11,7 +11,9 @@
 //! (see [`crate::recovery`]). In cluster mode the offset also says where
 //! the session is in the backbone, its subscriptions are announced to the
 //! other nodes, and a session another node served is recovered from the
-//! backbone ([`crate::recovery::cluster`]).
+//! backbone ([`crate::recovery::cluster`]). A recovery that does not
+//! succeed once the server is shutting down is not answered: the client
+//! keeps its `pid` and offset for another node ([`crate::shutdown`]).
 //!
 //! A malformed packet closes this session only.
 
@@ -412,6 +414,16 @@ impl SocketIoApp {
         if let (true, Some(pid)) = (ctx.config.recovery(), field("pid")) {
             let offset = field("offset").unwrap_or("0");
             replay = self.recover(pid, offset, &p.nsp, &grants, ctx).await;
+            if replay.is_none() && ctx.shutting_down() {
+                // Given up for the shutdown (or failed during it): no
+                // answer at all. A clean start's new pid would replace the
+                // old one in socket.io-client, which could then no longer
+                // recover the session on another node; unanswered, the
+                // client sees the session's close (which the task sends
+                // next) and reconnects elsewhere with its pid and offset.
+                debug!(nsp = %p.nsp, "recovery given up at shutdown; CONNECT not answered");
+                return;
+            }
             ctx.recovery.count(replay.is_some());
             if replay.is_none() && self.recovery.as_ref().is_some_and(|t| t.pid() == pid) {
                 // A namespace of this very session that cannot be replayed
@@ -498,7 +510,8 @@ impl SocketIoApp {
     /// still holds everything its subscriptions missed after `offset` (the
     /// client's last): from this node's history when the session was
     /// here, else, in cluster mode, from the backbone. None for a clean
-    /// start.
+    /// start — or, once the server shuts down, for no answer (the waits
+    /// for another session's state and for the backbone are given up then).
     async fn recover(
         &mut self,
         pid: &str,
@@ -558,7 +571,7 @@ impl SocketIoApp {
         // A session of another subject is not even asked (asking closes
         // its transport).
         let claim = Claim::new(Protocol::SocketIo, grants);
-        match ctx.recovery.take(pid, &claim).await {
+        match ctx.recovery.take(pid, &claim, &ctx.shutdown).await {
             Ok(App::SocketIo(old)) => {
                 // In cluster mode the client may have been recovered on
                 // another node since: then this copy is stale (its
@@ -644,7 +657,8 @@ impl SocketIoApp {
         );
         // The session's task answers nothing else meanwhile, its shutdown
         // included; and at shutdown the backbone reader stops, so the
-        // replay would wait for it until the deadline.
+        // replay would wait for it until the deadline. Given up, it is
+        // undone like a failed one, and `connect` answers nothing.
         let outcome = tokio::select! {
             r = replay => r.map_err(|_| "not recovered in time"),
             _ = ctx.shutdown.cancelled() => Err("the server is shutting down"),

@@ -33,6 +33,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tidegate_hub::HubMetrics;
 use tokio::sync::{oneshot, Notify};
+use tokio_util::sync::CancellationToken;
 
 use crate::app::App;
 use crate::engineio::handshake::new_sid;
@@ -109,7 +110,8 @@ impl Claim {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NotTaken {
     /// No such session (never, expired, ended), or it did not answer in
-    /// time, or another reconnect is taking it over.
+    /// time (or before the server began shutting down), or another
+    /// reconnect is taking it over.
     Unknown,
     /// The session belongs to another subject or protocol; it was left
     /// alone.
@@ -252,7 +254,21 @@ impl RecoveryRegistry {
     /// Asks the session `pid` (live or parked) for its state, on behalf of
     /// a client whose claim is `claim`; a session registered with another
     /// claim is not asked (and so not disturbed).
-    pub async fn take(&self, pid: &str, claim: &Claim) -> Result<App, NotTaken> {
+    ///
+    /// Given up ([`NotTaken::Unknown`]) once `shutdown` is cancelled: the
+    /// asking session's task answers nothing else meanwhile, its own close
+    /// included, and the owner may take up to [`TAKEOVER_TIMEOUT`] — longer
+    /// than a session's last writes may take at shutdown
+    /// ([`crate::shutdown::FLUSH_WAIT`]). State the owner hands over after
+    /// that is dropped with the asker's channel; it was going with the
+    /// process, and dropping it tells the other nodes nothing, so in
+    /// cluster mode the client can still recover it elsewhere.
+    pub async fn take(
+        &self,
+        pid: &str,
+        claim: &Claim,
+        shutdown: &CancellationToken,
+    ) -> Result<App, NotTaken> {
         let h = self.map.lock().get(pid).cloned().ok_or(NotTaken::Unknown)?;
         if h.claim != *claim {
             return Err(NotTaken::OtherOwner);
@@ -267,9 +283,11 @@ impl RecoveryRegistry {
             *slot = Some(tx);
         }
         h.requested.notify_one();
-        match tokio::time::timeout(TAKEOVER_TIMEOUT, rx).await {
-            Ok(Ok(app)) => Ok(app),
-            _ => Err(NotTaken::Unknown),
+        tokio::select! {
+            r = tokio::time::timeout(TAKEOVER_TIMEOUT, rx) => {
+                r.ok().and_then(Result::ok).ok_or(NotTaken::Unknown)
+            }
+            _ = shutdown.cancelled() => Err(NotTaken::Unknown),
         }
     }
 
