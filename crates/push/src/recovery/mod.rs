@@ -269,6 +269,12 @@ impl RecoveryRegistry {
         claim: &Claim,
         shutdown: &CancellationToken,
     ) -> Result<App, NotTaken> {
+        // Asked during shutdown (the session picked the packet over the
+        // cancel): do not disturb the owner, whose client is likely the
+        // one asking.
+        if shutdown.is_cancelled() {
+            return Err(NotTaken::Unknown);
+        }
         let h = self.map.lock().get(pid).cloned().ok_or(NotTaken::Unknown)?;
         if h.claim != *claim {
             return Err(NotTaken::OtherOwner);
@@ -284,6 +290,8 @@ impl RecoveryRegistry {
         }
         h.requested.notify_one();
         tokio::select! {
+            // State handed over at the same moment as the cancel is taken.
+            biased;
             r = tokio::time::timeout(TAKEOVER_TIMEOUT, rx) => {
                 r.ok().and_then(Result::ok).ok_or(NotTaken::Unknown)
             }
@@ -334,5 +342,32 @@ impl RecoveryRegistry {
         } else {
             self.not_recovered.inc();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+
+    /// Asked once the server is shutting down, the owner is not disturbed:
+    /// it is not notified, and no reply slot waits for its state.
+    #[tokio::test]
+    async fn a_take_asked_during_shutdown_leaves_the_owner_alone() {
+        let registry = Arc::new(RecoveryRegistry::default());
+        let claim = Claim {
+            protocol: Protocol::SocketIo,
+            subject: None,
+        };
+        let ticket = registry.register(10, claim.clone()).unwrap();
+        let shutdown = CancellationToken::new();
+        shutdown.cancel();
+        let taken = registry.take(ticket.pid(), &claim, &shutdown).await;
+        assert_eq!(taken.err(), Some(NotTaken::Unknown));
+        assert!(ticket.handle().take_reply().is_none(), "no reply slot set");
+        assert!(
+            ticket.handle().requested().now_or_never().is_none(),
+            "the owner was not asked"
+        );
     }
 }
