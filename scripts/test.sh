@@ -24,6 +24,9 @@ echo "== cargo fmt --check ($(date -u +%T))"
 cargo fmt --all -- --check
 echo "== cargo clippy ($(date -u +%T))"
 cargo clippy --workspace --all-targets -- -D warnings
+echo "== cargo doc ($(date -u +%T))"
+# Every public item is documented; its links must resolve.
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 echo "== cargo test ($(date -u +%T))"
 cargo test --workspace --no-fail-fast
 # Our S2S sink and the stock NiFi client against a real Apache NiFi

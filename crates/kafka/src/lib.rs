@@ -17,7 +17,7 @@
 //! - [`recovery`]: a dead producer replaced, its records produced again.
 //! - [`room`]: the bound on unacknowledged messages (backpressure).
 //! - [`health`]: broker connection, for readiness.
-//! - [`probe`]: [`validate`] and [`probe`] a section before serving with it.
+//! - [`probe`](mod@probe): [`validate`] and [`probe`](fn@probe) a section before serving with it.
 //! - [`properties`]: librdkafka property names and aliases; a section's
 //!   `properties` kept off what the section sets itself.
 //! - [`metrics`]: the sink's counters.

@@ -35,7 +35,7 @@
 //! the data size, a stream holds one partial frame and one apply batch.
 //! Cost: a tree build is one scan of the local data (one for all peers at
 //! the start of a pass; one per peer request, reused for requests with the
-//! same horizon within [`TREE_MAX_AGE`]), and serving the entries of some
+//! same horizon within `TREE_MAX_AGE`), and serving the entries of some
 //! ranges is one more scan (keys are stored in key order, ranges are hash
 //! slices).
 //! Requests are signed like every internal request ([`crate::auth`]).
@@ -148,7 +148,7 @@ impl AntiEntropy {
     }
 
     /// Runs a pass with every peer every `interval` (the first one
-    /// sooner, [`FIRST_PASS_DELAY`]), for as long as `ae` lives (the task
+    /// sooner, `FIRST_PASS_DELAY`), for as long as `ae` lives (the task
     /// holds only a weak reference between passes).
     pub fn spawn(ae: &Arc<AntiEntropy>, interval: Duration) {
         let weak = Arc::downgrade(ae);

@@ -57,7 +57,7 @@
 //! A hint whose record cannot be decoded (damaged on disk) can never be
 //! delivered: it is deleted and counted in `hints_refused`, and the ones
 //! after it offered. A read of the hints that fails (the storage failing)
-//! ends the round, logged at most once per [`WARNING_EVERY`].
+//! ends the round, logged at most once per `WARNING_EVERY` (10 s).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

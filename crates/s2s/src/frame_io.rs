@@ -1,10 +1,10 @@
-//! [`FrameIo`]: a socket with a small read buffer and a write buffer, read
+//! `FrameIo`: a socket with a small read buffer and a write buffer, read
 //! through the pure decoders of [`crate::codec`] with a timeout per read.
 //! Shared by the server's sessions and the client; they differ in how bytes
-//! are read ([`ReadSide`]): the server through the listener core's
+//! are read (`ReadSide`): the server through the listener core's
 //! [`Inbound`] (in-flight byte budget taken before each read, idle and
 //! partial-message timeouts), the client straight from its socket.
-//! [`TransactionBudget`] holds what a receiving transaction keeps in memory
+//! `TransactionBudget` holds what a receiving transaction keeps in memory
 //! against that budget until the transaction ends, for the RAW session and
 //! the HTTP transport alike.
 
@@ -49,7 +49,7 @@ impl<S: QuickAck> QuickAck for tokio_rustls::client::TlsStream<S> {
 
 impl QuickAck for tokio::io::DuplexStream {}
 
-/// Why a read or write on a [`FrameIo`] failed.
+/// Why a read or write on a `FrameIo` failed.
 #[derive(Debug, Error)]
 pub enum FrameError {
     /// The peer closed the connection.

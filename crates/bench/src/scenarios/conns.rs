@@ -119,7 +119,7 @@ pub struct ConnsArgs {
     /// bytes), milliseconds.
     #[arg(long, default_value_t = 10_000)]
     pub connect_timeout_ms: u64,
-    /// Source addresses 127.0.0.1 … 127.0.0.<n> the connections are spread
+    /// Source addresses 127.0.0.1 … 127.0.0.`n` the connections are spread
     /// over (loopback targets only).
     #[arg(long, default_value_t = 16)]
     pub source_addresses: u8,

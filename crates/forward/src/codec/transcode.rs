@@ -6,7 +6,7 @@
 //! output with no intermediate tree. Strings that are not UTF-8 and binaries
 //! become JSON strings (invalid sequences replaced); map keys that are not
 //! strings become a string holding their text (written once, see
-//! [`write_value`]); an EventTime inside a record becomes float seconds;
+//! `write_value`); an EventTime inside a record becomes float seconds;
 //! other extension values and non-finite floats become `null`.
 //!
 //! The output is linear in the input: every byte of the record is written

@@ -18,7 +18,7 @@
 //! - [`history`]: the backbone read back from a client's positions
 //!   (recovery on any node).
 //! - [`heartbeat`]: each node's record about itself on the nodes topic.
-//! - [`status`]: `tidegate cluster status`, read from the brokers.
+//! - [`status`](mod@status): `tidegate cluster status`, read from the brokers.
 //! - [`metrics`]: the `tidegate_cluster_*` counters.
 //!
 //! Not for: consuming application topics into the hub (that is

@@ -11,7 +11,7 @@
 //! - [`deliver`]: the workers that run transactions and retry them;
 //! - [`outbound`]: [`S2sSink`], the hub's [`tidegate_hub::Sink`];
 //! - [`metrics`]: the sink's counters, `tidegate_s2s_sink_*` in `/metrics`;
-//! - [`probe`]: what `tidegate config --probe` asks NiFi.
+//! - [`probe`](mod@probe): what `tidegate config --probe` asks NiFi.
 //!
 //! Not here: the Site-to-Site client itself ([`crate::client`]), which the
 //! load generator and the tests use too.

@@ -1,7 +1,7 @@
 //! The effective configuration: the built-in defaults (every listener on
 //! 127.0.0.1, nothing to configure), overridden by a TOML file. Each
 //! protocol crate owns its own section type; this module assembles them,
-//! expands `${VAR}` references ([`env`]), refuses unknown keys
+//! expands `${VAR}` references ([`env`](mod@env)), refuses unknown keys
 //! ([`unknown`]), checks that the pieces fit, and reports errors with the
 //! file, the key and the reason. [`redact`] keeps secrets out of what
 //! `tidegate config` prints.

@@ -1,5 +1,5 @@
 //! The `$sys.stats` report: raw totals sampled from the metrics
-//! ([`Sample`]) and the JSON published once a second ([`StatsReport`]),
+//! ([`Sample`]) and the JSON published once a second ([`StatsReport`](crate::stats::report::StatsReport)),
 //! made from two samples. Pure: no clocks, no hub — the caller passes the
 //! samples, the time between them and the latency window.
 //!

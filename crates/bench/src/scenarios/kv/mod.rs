@@ -3,12 +3,12 @@
 //! KV API, and the seed's table: rate, avg, p90, p99, max.
 //!
 //! - Target: `--target ADDR` (a running node), or `--nodes N` local
-//!   `tidegate serve` nodes started here ([`cluster`]); `--spread` sends
+//!   `tidegate serve` nodes started here (`cluster`); `--spread` sends
 //!   to every node instead of node 0 alone (the seed sent all to one).
-//! - Load ([`load`]): `--rate` requests/s over `--connections`, each
+//! - Load (`load`): `--rate` requests/s over `--connections`, each
 //!   request's latency counted from when it was due; `--rate 0` is wrk's
 //!   closed loop instead (as fast as answers come).
-//! - Requests ([`request`]): `--op put|get|mixed`, `--value-bytes`,
+//! - Requests (`request`): `--op put|get|mixed`, `--value-bytes`,
 //!   `--keys`, `--ack`/`--from` appended to every query.
 //! - `--prefill-bytes B`: before measuring, write enough distinct keys that
 //!   each node stores B bytes of values (keys × value bytes × from / nodes);
@@ -18,7 +18,7 @@
 //! - `--find-rate MS`: the highest rate whose p90 stays under MS
 //!   milliseconds with every request delivered (doubling, then bisecting;
 //!   at most `--find-steps` runs), the seed's "optimal rate".
-//! - `--anchor nginx` ([`nginx`]): the same load (same requests, rate or
+//! - `--anchor nginx` (`nginx`): the same load (same requests, rate or
 //!   search, connections, duration) against nginx answering a trivial 200,
 //!   in the same command, after the KV nodes stopped.
 //!
