@@ -18,6 +18,7 @@
 //! [`watch`] (every accepted write published on the hub), [`api`] (the
 //! axum routes). This crate is not the HTTP server: limits, timeouts and
 //! the byte budget are applied by the binary's `[http]` server.
+#![warn(missing_docs)]
 
 pub mod anti_entropy;
 pub mod api;

@@ -14,6 +14,7 @@
 //! - [`tls`]: client-certificate DNs against the per-port allow lists, and
 //!   the RAW client's TLS;
 //! - [`config`]: the `[s2s]` section.
+#![warn(missing_docs)]
 
 pub mod client;
 pub mod codec;
