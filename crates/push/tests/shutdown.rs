@@ -384,6 +384,7 @@ impl Backbone for StuckBackbone {
     }
 
     fn replay(&self, _: Positions, _: Vec<Pattern>, _: usize) -> HistoryFuture<'_, Replay> {
+        self.asked.notify_one();
         Box::pin(std::future::pending())
     }
 }
@@ -511,4 +512,52 @@ async fn a_ws_recover_under_way_at_shutdown_is_not_answered() {
         took < FLUSH_WAIT + Duration::from_secs(1),
         "closed {took:?} after the shutdown"
     );
+}
+
+/// A `/ws` subscribe replaying the cluster backbone from positions waits
+/// for the backbone's read; at shutdown that read is given up, so the
+/// session's close is not held for as long as the broker makes it wait.
+#[tokio::test]
+async fn a_ws_cluster_replay_under_way_at_shutdown_does_not_hold_the_close() {
+    let s = Server::start(recovering()).await;
+    let backbone = Arc::new(StuckBackbone::default());
+    s.ctx.hub.set_backbone(backbone.clone()).unwrap();
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", s.addr))
+        .await
+        .unwrap();
+    assert_eq!(next_json(&mut ws).await["op"], "session");
+    let subscribe = json!({"op": "subscribe", "id": 1, "patterns": ["news.>"], "from": {"0": 5}});
+    ws.send(Message::text(subscribe.to_string())).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), backbone.asked.notified())
+        .await
+        .expect("the replay under way");
+
+    let start = Instant::now();
+    s.ctx.shutdown.cancel();
+    let mut texts = Vec::new();
+    let close = tokio::time::timeout(FLUSH_WAIT + Duration::from_secs(5), async {
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Text(t))) => texts.push(t.to_string()),
+                Some(Ok(Message::Close(f))) => return f.map(|f| u16::from(f.code)),
+                Some(Ok(_)) => {}
+                other => panic!("socket ended without a close frame: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("a close frame");
+    assert_eq!(close, Some(u16::from(CloseCode::Away)));
+    assert!(
+        start.elapsed() < FLUSH_WAIT + Duration::from_secs(1),
+        "closed {:?} after the shutdown",
+        start.elapsed()
+    );
+    // The subscribe is answered, saying why nothing was replayed.
+    let answered = texts
+        .iter()
+        .map(|t| serde_json::from_str::<serde_json::Value>(t).unwrap())
+        .find(|v| v["op"] == "subscribed")
+        .expect("the subscribe answered");
+    assert_eq!(answered["cluster_error"], "the server is shutting down");
 }

@@ -209,7 +209,15 @@ impl JsonSession {
                 if positions || from.is_some() {
                     let recovering = from.is_some();
                     let history = match from.as_ref().map(parse_positions).transpose() {
-                        Ok(from) => self.cluster_history(hub, &o.accepted, from).await,
+                        // A backbone read can take as long as the broker
+                        // makes it; at shutdown it would hold this
+                        // session's close, so it is given up.
+                        Ok(from) => tokio::select! {
+                            r = self.cluster_history(hub, &o.accepted, from) => r,
+                            () = ctx.shutdown.cancelled() => {
+                                Err("the server is shutting down".to_owned())
+                            }
+                        },
                         Err(e) => Err(e),
                     };
                     match history {
