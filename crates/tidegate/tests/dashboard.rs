@@ -4,7 +4,8 @@
 //! follows `$sys.stats` over the server's own `/ws`; the test sees numbers
 //! move (uptime, published/s, push sessions by transport, the `http`
 //! listener's row), publishes with `POST /v1/publish` and sees the message
-//! arrive in the topic inspector, and cannot publish on `$sys.stats`.
+//! arrive in the topic inspector, and cannot publish on `$sys.stats`;
+//! and, with a token that does not cover `$sys.stats`, sees the page say so.
 //! Peers: scripts/setup/dashboard.sh.
 
 mod common;
@@ -19,6 +20,8 @@ use common::{free_addr, serve};
 
 /// The whole browser run, at most.
 const BROWSER_DEADLINE: Duration = Duration::from_secs(120);
+
+const REFUSED_SECRET: &str = "dashboard-refused-test-secret";
 
 fn js_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/js")
@@ -89,10 +92,12 @@ fn check_served_files(http: SocketAddr) {
     assert!(js.contains("$sys.stats") && js.contains("new WebSocket"));
 }
 
-fn run_browser(dir: &Path, url: &str) -> (bool, String, String) {
+/// Runs `script` (in tests/js) with `args` under node, within
+/// [`BROWSER_DEADLINE`]: (succeeded, stdout, stderr).
+fn run_browser(dir: &Path, script: &str, args: &[&str]) -> (bool, String, String) {
     let mut child = Command::new("node")
-        .arg("dashboard.js")
-        .arg(url)
+        .arg(script)
+        .args(args)
         .current_dir(dir)
         .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
         .stdout(Stdio::piped())
@@ -127,14 +132,18 @@ fn run_browser(dir: &Path, url: &str) -> (bool, String, String) {
     }
 }
 
-#[test]
-fn the_dashboard_loads_nothing_from_outside_and_chromium_sees_stats_move_and_a_published_message() {
-    let dir = js_dir();
+fn browser_peers(dir: &Path) {
     assert!(
         dir.join("node_modules/playwright-core").is_dir()
             && Path::new("/usr/bin/chromium").exists(),
         "chromium or playwright-core missing: run bash scripts/setup/dashboard.sh"
     );
+}
+
+#[test]
+fn the_dashboard_loads_nothing_from_outside_and_chromium_sees_stats_move_and_a_published_message() {
+    let dir = js_dir();
+    browser_peers(&dir);
     // One server for both parts: two servers started side by side could
     // race for the same free port.
     let http = free_addr();
@@ -146,7 +155,7 @@ fn the_dashboard_loads_nothing_from_outside_and_chromium_sees_stats_move_and_a_p
         served.log()
     );
     check_served_files(http);
-    let (ok, out, err) = run_browser(&dir, &format!("http://{http}"));
+    let (ok, out, err) = run_browser(&dir, "dashboard.js", &[&format!("http://{http}")]);
     let last = out.lines().last().unwrap_or_default();
     assert!(
         ok,
@@ -170,4 +179,33 @@ fn the_dashboard_loads_nothing_from_outside_and_chromium_sees_stats_move_and_a_p
             .is_some_and(|t| t.contains("polling 1")),
         "push sessions by transport: {v}"
     );
+}
+
+/// With `[push] auth = "jwt"` and a token that does not cover
+/// `$sys.stats` (tests/js/dashboard_refused.js signs it), the page says the
+/// topic was refused and why, rather than "live" over tiles that never
+/// fill.
+#[test]
+fn a_token_without_sys_stats_shows_the_refusal_on_the_page() {
+    let dir = js_dir();
+    browser_peers(&dir);
+    let http = free_addr();
+    let served = serve(&format!(
+        "{}[push]\nauth = \"jwt\"\njwt_secret = \"{REFUSED_SECRET}\"\n",
+        http_only(http)
+    ));
+    wait_port(http);
+    let (ok, out, err) = run_browser(
+        &dir,
+        "dashboard_refused.js",
+        &[&format!("http://{http}"), REFUSED_SECRET],
+    );
+    assert!(
+        ok,
+        "browser run failed: {out}\n{err}\nserver log:\n{}",
+        served.log()
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(out.lines().last().unwrap_or_default()).expect("the run's JSON line");
+    assert_eq!(v["ok"], true, "{v}");
 }

@@ -4,7 +4,7 @@
 //   node dashboard_refused.js http://127.0.0.1:PORT SECRET
 // The page must show the refusal in its link badge, not "live".
 // Prints one JSON line; exits non-zero on any failure.
-// Run by crates/tidegate/tests/dashboard_refused.rs.
+// Run by crates/tidegate/tests/dashboard.rs (a_token_without_sys_stats_shows_the_refusal_on_the_page).
 "use strict";
 
 const crypto = require("crypto");
