@@ -469,6 +469,25 @@ async fn a_socketio_takeover_under_way_at_shutdown_is_not_answered() {
     assert_eq!(packets, ["1"], "nothing but the close");
 }
 
+/// The text frames `ws` receives until its close frame (within `limit`),
+/// and the close's code.
+async fn texts_until_close(ws: &mut Ws, limit: Duration) -> (Vec<String>, Option<u16>) {
+    let mut texts = Vec::new();
+    let close = tokio::time::timeout(limit, async {
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Text(t))) => texts.push(t.to_string()),
+                Some(Ok(Message::Close(f))) => return f.map(|f| u16::from(f.code)),
+                Some(Ok(_)) => {}
+                other => panic!("socket ended without a close frame: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("a close frame");
+    (texts, close)
+}
+
 #[tokio::test]
 async fn a_ws_recover_under_way_at_shutdown_is_not_answered() {
     let s = Server::start(recovering()).await;
@@ -492,19 +511,8 @@ async fn a_ws_recover_under_way_at_shutdown_is_not_answered() {
     s.ctx.shutdown.cancel();
     // Read past TAKEOVER_TIMEOUT: a recover that went on waiting would be
     // answered (not recovered, with this connection's new id) by then.
-    let mut texts = Vec::new();
-    let close = tokio::time::timeout(TAKEOVER_TIMEOUT + Duration::from_secs(2), async {
-        loop {
-            match ws.next().await {
-                Some(Ok(Message::Text(t))) => texts.push(t.to_string()),
-                Some(Ok(Message::Close(f))) => return f.map(|f| u16::from(f.code)),
-                Some(Ok(_)) => {}
-                other => panic!("socket ended without a close frame: {other:?}"),
-            }
-        }
-    })
-    .await
-    .expect("a close frame");
+    let (texts, close) =
+        texts_until_close(&mut ws, TAKEOVER_TIMEOUT + Duration::from_secs(2)).await;
     let took = start.elapsed();
     assert!(texts.is_empty(), "nothing but the close: {texts:?}");
     assert_eq!(close, Some(u16::from(CloseCode::Away)));
@@ -534,19 +542,7 @@ async fn a_ws_cluster_replay_under_way_at_shutdown_does_not_hold_the_close() {
 
     let start = Instant::now();
     s.ctx.shutdown.cancel();
-    let mut texts = Vec::new();
-    let close = tokio::time::timeout(FLUSH_WAIT + Duration::from_secs(5), async {
-        loop {
-            match ws.next().await {
-                Some(Ok(Message::Text(t))) => texts.push(t.to_string()),
-                Some(Ok(Message::Close(f))) => return f.map(|f| u16::from(f.code)),
-                Some(Ok(_)) => {}
-                other => panic!("socket ended without a close frame: {other:?}"),
-            }
-        }
-    })
-    .await
-    .expect("a close frame");
+    let (texts, close) = texts_until_close(&mut ws, FLUSH_WAIT + Duration::from_secs(5)).await;
     assert_eq!(close, Some(u16::from(CloseCode::Away)));
     assert!(
         start.elapsed() < FLUSH_WAIT + Duration::from_secs(1),
