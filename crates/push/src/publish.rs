@@ -1,8 +1,12 @@
 //! `POST /v1/publish?topic=…`: the request body is published to the hub as
 //! one message (200 `{"ok":true}`, 400 for a bad topic, 503 after shutdown
-//! began). With `auth = "jwt"` a token (`Authorization: Bearer …` or
+//! began, or when it began while the publish waited). With `auth = "jwt"` a token (`Authorization: Bearer …` or
 //! `?token=`) is required (401) and must allow the topic (403). The body
 //! size is bounded by `[http] max_body_bytes`.
+//!
+//! Every client publish of push — this one, a `/ws` `publish`, a Socket.IO
+//! `publish` event — goes through [`to_hub`], which gives it up at server
+//! shutdown.
 
 use std::sync::Arc;
 
@@ -12,6 +16,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tidegate_hub::{Message, PublishError};
+use tokio_util::sync::CancellationToken;
 
 use crate::context::PushContext;
 
@@ -46,7 +51,7 @@ pub async fn handle(
     if !grants.may_publish(&q.topic) {
         return (StatusCode::FORBIDDEN, reason("not allowed by the token")).into_response();
     }
-    match ctx.hub.publish(Message::new(q.topic, body)).await {
+    match to_hub(&ctx, Message::new(q.topic, body)).await {
         Ok(()) => (StatusCode::OK, "{\"ok\":true}\n").into_response(),
         Err(e) => {
             let status = match e {
@@ -55,5 +60,69 @@ pub async fn handle(
             };
             (status, reason(&e.to_string())).into_response()
         }
+    }
+}
+
+/// Publishes a client's `msg` to the hub, unless the server shuts down
+/// first ([`PushContext::shutdown`]): then the publish is given up and
+/// answered [`PublishError::ShuttingDown`], as one after the hub closed.
+///
+/// A hub publish waits while a sink its topic routes to has no room (a
+/// Kafka sink with its queue full, a broker that is gone); meanwhile the
+/// session that awaits it sees nothing else, the shutdown included, and
+/// would hold the `[http]` drain until `shutdown_grace_ms`.
+///
+/// Dropping `Hub::publish` is safe: nothing is left half-done inside the
+/// hub or a sink. Its waits are a sink's `send` (the Kafka and S2S sinks
+/// take nothing until they have room — Kafka's queue place is held by a
+/// guard that gives it back, S2S waits for a channel permit; the message's
+/// ack token, dropped, counts a route failure) and, in cluster mode, the
+/// backbone's (which also takes nothing until it has room); the in-flight
+/// byte budget is
+/// not drawn by a publish (the connection's read holds its bytes, released
+/// once the frame is handled, so sooner here). It is not undone either:
+/// the hub queues a message to its subscribers (or hands it to the
+/// backbone) before its sinks, so one given up may have reached them and
+/// the sinks before the one that was full, but not that one. The client
+/// is told it was not accepted, which promises nothing about where it went
+/// — one that sends it again elsewhere may duplicate it for subscribers,
+/// the at-least-once side of the trade.
+pub async fn to_hub(ctx: &PushContext, msg: Message) -> Result<(), PublishError> {
+    given_up_at(&ctx.shutdown, ctx.hub.publish(msg)).await
+}
+
+/// `publish`, or [`PublishError::ShuttingDown`] once `shutdown` is
+/// cancelled (already, or while it waits).
+async fn given_up_at(
+    shutdown: &CancellationToken,
+    publish: impl std::future::Future<Output = Result<(), PublishError>>,
+) -> Result<(), PublishError> {
+    tokio::select! {
+        // A publish that does not wait still goes once the shutdown
+        // began (the hub refuses it itself once closed).
+        biased;
+        r = publish => r,
+        () = shutdown.cancelled() => Err(PublishError::ShuttingDown),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_waiting_publish_is_given_up_at_the_shutdown() {
+        let shutdown = CancellationToken::new();
+        let cancel = shutdown.clone();
+        tokio::spawn(async move { cancel.cancel() });
+        let r = given_up_at(&shutdown, std::future::pending()).await;
+        assert_eq!(r, Err(PublishError::ShuttingDown));
+    }
+
+    #[tokio::test]
+    async fn one_that_does_not_wait_still_goes_after_it() {
+        let shutdown = CancellationToken::new();
+        shutdown.cancel();
+        assert_eq!(given_up_at(&shutdown, async { Ok(()) }).await, Ok(()));
     }
 }

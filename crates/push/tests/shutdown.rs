@@ -8,7 +8,8 @@
 //! (or `upgrade_timeout_ms`). A recovery under way at the shutdown (from
 //! the cluster backbone, or waiting for another session's state) is not
 //! answered: the client keeps the session id it asked for, for another
-//! node.
+//! node. A client's publish waiting for a full sink is given up and
+//! answered with an error before the close.
 
 mod common;
 
@@ -20,7 +21,10 @@ use common::{next_json, parse_response, Server, Ws};
 use futures::{FutureExt, SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tidegate_hub::backbone::{HistoryFuture, Positions, Replay};
-use tidegate_hub::{Backbone, Message as HubMessage, Pattern, SharedMessage, SinkFuture};
+use tidegate_hub::{
+    AckToken, Backbone, Message as HubMessage, Pattern, RouteConfig, RouteTable, SharedMessage,
+    Sink, SinkFuture,
+};
 use tidegate_push::recovery::cluster::{key_of, Op, Update};
 use tidegate_push::recovery::{Claim, Protocol, TAKEOVER_TIMEOUT};
 use tidegate_push::session::task::DELIVERY_BATCH;
@@ -556,4 +560,72 @@ async fn a_ws_cluster_replay_under_way_at_shutdown_does_not_hold_the_close() {
         .find(|v| v["op"] == "subscribed")
         .expect("the subscribe answered");
     assert_eq!(answered["cluster_error"], "the server is shutting down");
+}
+
+/// A routed sink that never has room: its `send` waits for ever, like one
+/// to a Kafka sink whose queue is full and whose broker is gone. It says
+/// when a message came to it.
+#[derive(Debug, Default)]
+struct FullSink {
+    asked: tokio::sync::Notify,
+}
+
+impl Sink for FullSink {
+    fn name(&self) -> &str {
+        "full"
+    }
+
+    fn send(&self, _msg: SharedMessage, _ack: AckToken) -> SinkFuture<'_> {
+        self.asked.notify_one();
+        Box::pin(std::future::pending())
+    }
+
+    fn is_full(&self) -> bool {
+        true
+    }
+}
+
+/// A `/ws` publish waits while the sink its topic routes to is full; at
+/// shutdown it is given up — answered with an error, the message not
+/// accepted — so the session's close is not held until the sink has room
+/// (the `[http]` drain's `shutdown_grace_ms`).
+#[tokio::test]
+async fn a_ws_publish_waiting_for_a_full_sink_does_not_hold_the_close() {
+    let s = Server::start(PushConfig::default()).await;
+    let sink = Arc::new(FullSink::default());
+    let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
+    let route = RouteConfig {
+        topics: "stuck.>".into(),
+        sink: "full".into(),
+    };
+    s.ctx
+        .hub
+        .set_routes(RouteTable::build(&[route], &sinks).unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", s.addr))
+        .await
+        .unwrap();
+    let publish = json!({"op": "publish", "id": 3, "topic": "stuck.a", "payload": {"n": 1}});
+    ws.send(Message::text(publish.to_string())).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), sink.asked.notified())
+        .await
+        .expect("the publish waiting for the sink");
+
+    let start = Instant::now();
+    s.ctx.shutdown.cancel();
+    let (texts, close) = texts_until_close(&mut ws, FLUSH_WAIT + Duration::from_secs(5)).await;
+    assert_eq!(close, Some(u16::from(CloseCode::Away)));
+    assert!(
+        start.elapsed() < FLUSH_WAIT + Duration::from_secs(1),
+        "closed {:?} after the shutdown",
+        start.elapsed()
+    );
+    let answers: Vec<Value> = texts
+        .iter()
+        .map(|t| serde_json::from_str(t).unwrap())
+        .collect();
+    assert_eq!(
+        answers,
+        [json!({"op": "error", "id": 3, "reason": "the hub is shutting down"})],
+        "the publish refused, as one after the hub closed"
+    );
 }

@@ -264,7 +264,7 @@ impl JsonSession {
                     Some(Value::String(s)) => Bytes::from(s),
                     Some(v) => Bytes::from(v.to_string()),
                 };
-                out.push(publish(hub, id, topic, bytes).await);
+                out.push(publish(ctx, id, topic, bytes).await);
             }
             ClientOp::Recover {
                 id,
@@ -322,9 +322,9 @@ impl JsonSession {
     }
 
     /// Handles one binary frame: the payload of a pending binary publish.
-    pub async fn on_binary(&mut self, b: Bytes, hub: &Hub, out: &mut Vec<JsonOut>) {
+    pub async fn on_binary(&mut self, b: Bytes, ctx: &PushContext, out: &mut Vec<JsonOut>) {
         match self.pending_publish.take() {
-            Some((id, topic)) => out.push(publish(hub, id, topic, b).await),
+            Some((id, topic)) => out.push(publish(ctx, id, topic, b).await),
             None => out.push(reply(
                 json!({"op": "error", "reason": "binary frame without a pending binary publish"}),
             )),
@@ -373,8 +373,10 @@ fn refuse_publish(id: Option<u64>) -> JsonOut {
     reply(json!({"op": "error", "id": id, "reason": "not allowed by the token"}))
 }
 
-async fn publish(hub: &Hub, id: Option<u64>, topic: String, payload: Bytes) -> JsonOut {
-    match hub.publish(Message::new(topic, payload)).await {
+/// Given up at shutdown ([`crate::publish::to_hub`]): then answered with
+/// an error, and the session goes on to its close.
+async fn publish(ctx: &PushContext, id: Option<u64>, topic: String, payload: Bytes) -> JsonOut {
+    match crate::publish::to_hub(ctx, Message::new(topic, payload)).await {
         Ok(()) => reply(json!({"op": "published", "id": id})),
         Err(e) => reply(json!({"op": "error", "id": id, "reason": e.to_string()})),
     }

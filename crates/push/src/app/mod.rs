@@ -79,7 +79,7 @@ impl App {
             App::SocketIo(a) => a.on_binary(b, s, ctx).await,
             App::Json(j) => {
                 let mut out = Vec::new();
-                j.on_binary(b, &ctx.hub, &mut out).await;
+                j.on_binary(b, ctx, &mut out).await;
                 send_json(s, out);
                 Ok(())
             }

@@ -1153,6 +1153,8 @@ fn outcome_json(o: &Outcome) -> Value {
 
 /// `publish(topic, payload)`: JSON payloads are published as their JSON
 /// text, strings as their UTF-8 bytes, binary attachments as the bytes.
+/// Given up at shutdown ([`crate::publish::to_hub`]): then acked
+/// `{ok: false, reason}`, and the session goes on to its close.
 async fn publish(
     args: &[Value],
     parts: &[Bytes],
@@ -1176,7 +1178,7 @@ async fn publish(
             None => Bytes::from(v.to_string()),
         },
     };
-    match ctx.hub.publish(Message::new(topic.clone(), payload)).await {
+    match crate::publish::to_hub(ctx, Message::new(topic.clone(), payload)).await {
         Ok(()) => json!({"ok": true}),
         Err(e) => json!({"ok": false, "reason": e.to_string()}),
     }

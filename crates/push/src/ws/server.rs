@@ -179,7 +179,7 @@ async fn serve(
                 let _handled = upgraded.as_ref().map(UpgradedBytes::release_when_done);
                 match m {
                     Some(Ok(Message::Text(t))) => session.on_text(&t, &ctx, &mut out).await,
-                    Some(Ok(Message::Binary(b))) => session.on_binary(b, &ctx.hub, &mut out).await,
+                    Some(Ok(Message::Binary(b))) => session.on_binary(b, &ctx, &mut out).await,
                     // Any pong answers the outstanding ping (browsers send
                     // none unprompted; a stale one still proves liveness).
                     Some(Ok(Message::Pong(_))) => {
