@@ -18,6 +18,11 @@ pub trait Sink: Send + Sync + 'static {
     /// Takes `msg`, waiting while the sink has no room (this wait is the
     /// backpressure a source feels). The sink completes `ack` once the message
     /// is as durable as the sink promises, or fails it.
+    ///
+    /// The future must be safe to drop before it completes: a source gives
+    /// up a publish that waits too long (at shutdown, on a timeout), and
+    /// then the sink must hold nothing of the message (no queue place, no
+    /// count) — the dropped `ack` fails the message's route.
     fn send(&self, msg: SharedMessage, ack: AckToken) -> SinkFuture<'_>;
 
     /// Takes `msg` at once if there is room, without the boxed future of
