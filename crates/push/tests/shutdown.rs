@@ -71,21 +71,59 @@ async fn get_at(addr: std::net::SocketAddr, path: &str) -> (u16, Vec<u8>) {
 
 /// Text frames until the close frame: (texts, close code and reason).
 async fn until_close(ws: &mut Ws) -> (Vec<String>, Option<(u16, String)>) {
+    until_close_within(ws, Duration::from_secs(30)).await
+}
+
+/// The text frames `ws` receives until its close frame (within `limit`),
+/// and the close's code and reason.
+async fn until_close_within(ws: &mut Ws, limit: Duration) -> (Vec<String>, Option<(u16, String)>) {
     let mut texts = Vec::new();
-    loop {
-        let m = tokio::time::timeout(Duration::from_secs(5), ws.next())
-            .await
-            .expect("a frame within 5 s");
-        match m {
-            Some(Ok(Message::Text(t))) => texts.push(t.to_string()),
-            Some(Ok(Message::Close(f))) => {
-                let f = f.map(|f| (u16::from(f.code), f.reason.to_string()));
-                return (texts, f);
+    let close = tokio::time::timeout(limit, async {
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Text(t))) => texts.push(t.to_string()),
+                Some(Ok(Message::Close(f))) => {
+                    return f.map(|f| (u16::from(f.code), f.reason.to_string()))
+                }
+                Some(Ok(_)) => {}
+                other => panic!("socket ended without a close frame: {other:?}"),
             }
-            Some(Ok(_)) => continue,
-            other => panic!("socket ended without a close frame: {other:?}"),
         }
-    }
+    })
+    .await
+    .expect("a close frame");
+    (texts, close)
+}
+
+/// An Engine.IO websocket session subscribed (Engine.IO message `4`, the
+/// `/ws` protocol inside) to `pattern`: the socket and its sid.
+async fn engineio_ws_subscribed(s: &Server, pattern: &str) -> (Ws, String) {
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!(
+        "ws://{}/engine.io/?EIO=4&transport=websocket",
+        s.addr
+    ))
+    .await
+    .unwrap();
+    let open = tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let open = open.to_text().unwrap();
+    assert!(open.starts_with("0{"), "{open:?}");
+    let open: Value = serde_json::from_str(&open[1..]).unwrap();
+    let sid = open["sid"].as_str().unwrap().to_owned();
+    let subscribe = json!({"op": "subscribe", "id": 1, "patterns": [pattern]});
+    ws.send(Message::text(format!("4{subscribe}")))
+        .await
+        .unwrap();
+    let reply = tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(reply.to_text().unwrap().contains("subscribed"), "{reply:?}");
+    (ws, sid)
 }
 
 fn numbers(texts: &[String], prefix: &str) -> Vec<u64> {
@@ -147,29 +185,7 @@ async fn ws_gets_what_was_queued_then_close_1001() {
 #[tokio::test]
 async fn engineio_websocket_gets_what_was_queued_the_close_packet_and_1001() {
     let s = Server::start(PushConfig::default()).await;
-    let (mut ws, _) = tokio_tungstenite::connect_async(format!(
-        "ws://{}/engine.io/?EIO=4&transport=websocket",
-        s.addr
-    ))
-    .await
-    .unwrap();
-    let open = tokio::time::timeout(Duration::from_secs(5), ws.next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert!(open.to_text().unwrap().starts_with("0{"), "{open:?}");
-    ws.send(Message::text(
-        r#"4{"op":"subscribe","id":1,"patterns":["down.>"]}"#,
-    ))
-    .await
-    .unwrap();
-    let reply = tokio::time::timeout(Duration::from_secs(5), ws.next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert!(reply.to_text().unwrap().contains("subscribed"), "{reply:?}");
+    let (mut ws, _) = engineio_ws_subscribed(&s, "down.>").await;
 
     publish_n_then_shut_down(&s, "down.eio").await;
     let (texts, close) = until_close(&mut ws).await;
@@ -294,30 +310,7 @@ async fn a_ws_client_that_reads_nothing_does_not_hold_the_shutdown() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_engineio_websocket_that_reads_nothing_does_not_hold_the_shutdown() {
     let s = Server::start(patient_config()).await;
-    let (mut ws, _) = tokio_tungstenite::connect_async(format!(
-        "ws://{}/engine.io/?EIO=4&transport=websocket",
-        s.addr
-    ))
-    .await
-    .unwrap();
-    let open = tokio::time::timeout(Duration::from_secs(5), ws.next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let open: Value = serde_json::from_str(&open.to_text().unwrap()[1..]).unwrap();
-    let sid = open["sid"].as_str().unwrap().to_owned();
-    ws.send(Message::text(
-        r#"4{"op":"subscribe","id":1,"patterns":["stall.>"]}"#,
-    ))
-    .await
-    .unwrap();
-    let reply = tokio::time::timeout(Duration::from_secs(5), ws.next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert!(reply.to_text().unwrap().contains("subscribed"), "{reply:?}");
+    let (mut ws, sid) = engineio_ws_subscribed(&s, "stall.>").await;
     // From here on the client reads nothing: the session's write stalls.
     publish_kb(&s, "stall.eio").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -473,25 +466,6 @@ async fn a_socketio_takeover_under_way_at_shutdown_is_not_answered() {
     assert_eq!(packets, ["1"], "nothing but the close");
 }
 
-/// The text frames `ws` receives until its close frame (within `limit`),
-/// and the close's code.
-async fn texts_until_close(ws: &mut Ws, limit: Duration) -> (Vec<String>, Option<u16>) {
-    let mut texts = Vec::new();
-    let close = tokio::time::timeout(limit, async {
-        loop {
-            match ws.next().await {
-                Some(Ok(Message::Text(t))) => texts.push(t.to_string()),
-                Some(Ok(Message::Close(f))) => return f.map(|f| u16::from(f.code)),
-                Some(Ok(_)) => {}
-                other => panic!("socket ended without a close frame: {other:?}"),
-            }
-        }
-    })
-    .await
-    .expect("a close frame");
-    (texts, close)
-}
-
 #[tokio::test]
 async fn a_ws_recover_under_way_at_shutdown_is_not_answered() {
     let s = Server::start(recovering()).await;
@@ -516,10 +490,10 @@ async fn a_ws_recover_under_way_at_shutdown_is_not_answered() {
     // Read past TAKEOVER_TIMEOUT: a recover that went on waiting would be
     // answered (not recovered, with this connection's new id) by then.
     let (texts, close) =
-        texts_until_close(&mut ws, TAKEOVER_TIMEOUT + Duration::from_secs(2)).await;
+        until_close_within(&mut ws, TAKEOVER_TIMEOUT + Duration::from_secs(2)).await;
     let took = start.elapsed();
     assert!(texts.is_empty(), "nothing but the close: {texts:?}");
-    assert_eq!(close, Some(u16::from(CloseCode::Away)));
+    assert_eq!(close.map(|c| c.0), Some(u16::from(CloseCode::Away)));
     assert!(
         took < FLUSH_WAIT + Duration::from_secs(1),
         "closed {took:?} after the shutdown"
@@ -546,8 +520,8 @@ async fn a_ws_cluster_replay_under_way_at_shutdown_does_not_hold_the_close() {
 
     let start = Instant::now();
     s.ctx.shutdown.cancel();
-    let (texts, close) = texts_until_close(&mut ws, FLUSH_WAIT + Duration::from_secs(5)).await;
-    assert_eq!(close, Some(u16::from(CloseCode::Away)));
+    let (texts, close) = until_close_within(&mut ws, FLUSH_WAIT + Duration::from_secs(5)).await;
+    assert_eq!(close.map(|c| c.0), Some(u16::from(CloseCode::Away)));
     assert!(
         start.elapsed() < FLUSH_WAIT + Duration::from_secs(1),
         "closed {:?} after the shutdown",
@@ -612,8 +586,8 @@ async fn a_ws_publish_waiting_for_a_full_sink_does_not_hold_the_close() {
 
     let start = Instant::now();
     s.ctx.shutdown.cancel();
-    let (texts, close) = texts_until_close(&mut ws, FLUSH_WAIT + Duration::from_secs(5)).await;
-    assert_eq!(close, Some(u16::from(CloseCode::Away)));
+    let (texts, close) = until_close_within(&mut ws, FLUSH_WAIT + Duration::from_secs(5)).await;
+    assert_eq!(close.map(|c| c.0), Some(u16::from(CloseCode::Away)));
     assert!(
         start.elapsed() < FLUSH_WAIT + Duration::from_secs(1),
         "closed {:?} after the shutdown",
