@@ -812,6 +812,26 @@ mod tests {
         addr
     }
 
+    /// 4,000 messages at 20,000/s to `addr` (a [`dropping_server`]), one in
+    /// ten answered, the first ten answers warm-up.
+    fn against_dropping_server(addr: SocketAddr, busy_poll: bool) -> EchoArgs {
+        EchoArgs {
+            rate: 20_000,
+            messages: 4_000,
+            warmup: 10,
+            respond_every: 10,
+            extra_bytes: 16,
+            tick_us: 20,
+            busy_poll,
+            cpu: None,
+            anchor: false,
+            common: CommonArgs {
+                target: Some(addr),
+                json: true,
+            },
+        }
+    }
+
     /// The fix for the understated tail: an asked reply that never came
     /// was counted (`missing_replies`) but not recorded, so the worst
     /// message of the run was missing from the percentiles. The server
@@ -821,21 +841,7 @@ mod tests {
     #[test]
     fn an_asked_reply_that_never_came_is_recorded_late() {
         let addr = dropping_server(1_000, 4_000);
-        let args = EchoArgs {
-            rate: 20_000,
-            messages: 4_000,
-            warmup: 10,
-            respond_every: 10,
-            extra_bytes: 16,
-            tick_us: 20,
-            busy_poll: false,
-            cpu: None,
-            anchor: false,
-            common: CommonArgs {
-                target: Some(addr),
-                json: true,
-            },
-        };
+        let args = against_dropping_server(addr, false);
         let o = drive(addr, &args, &Marker::default()).unwrap();
         assert_eq!(o.expected_replies, 400);
         assert_eq!(o.replies, 399);
@@ -853,21 +859,7 @@ mod tests {
     #[test]
     fn a_dropped_warmup_reply_leaves_every_measured_one_recorded() {
         let addr = dropping_server(0, 4_000);
-        let args = EchoArgs {
-            rate: 20_000,
-            messages: 4_000,
-            warmup: 10,
-            respond_every: 10,
-            extra_bytes: 16,
-            tick_us: 20,
-            busy_poll: false,
-            cpu: None,
-            anchor: false,
-            common: CommonArgs {
-                target: Some(addr),
-                json: true,
-            },
-        };
+        let args = against_dropping_server(addr, false);
         let o = drive(addr, &args, &Marker::default()).unwrap();
         assert_eq!(o.replies, 399);
         // The dropped reply was a warm-up one: nothing measured is late.
@@ -881,21 +873,7 @@ mod tests {
     #[test]
     fn the_busy_poll_driver_stops_when_the_server_closed() {
         let addr = dropping_server(1_000, 4_000);
-        let args = EchoArgs {
-            rate: 20_000,
-            messages: 4_000,
-            warmup: 10,
-            respond_every: 10,
-            extra_bytes: 16,
-            tick_us: 20,
-            busy_poll: true,
-            cpu: None,
-            anchor: false,
-            common: CommonArgs {
-                target: Some(addr),
-                json: true,
-            },
-        };
+        let args = against_dropping_server(addr, true);
         let started = Instant::now();
         let o = busy::drive(addr, &args, &Marker::default()).unwrap();
         assert_eq!(o.replies, 399);
