@@ -24,6 +24,8 @@ pub mod report;
 pub mod sampler;
 pub mod scenarios;
 pub mod server;
+#[cfg(test)]
+mod silent_server;
 pub mod target;
 
 pub use latency::{LatencyRecorder, LatencySummary};

@@ -554,14 +554,7 @@ mod tests {
     async fn a_stalled_server_shows_every_due_transaction_as_late() {
         // Accepts and never answers: discovery hangs until the client's
         // timeout, so no transaction completes.
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((s, _)) = l.accept().await {
-                held.push(s);
-            }
-        });
+        let addr = crate::silent_server::silent_server().await;
         let args = S2sArgs {
             clients: 2,
             tx: 3,

@@ -558,14 +558,7 @@ mod tests {
     async fn requests_never_sent_by_the_windows_end_are_counted_and_late() {
         // Accepts and never answers: request 0 waits out its 1 s timeout,
         // the rest of the half-second window queues behind it.
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((s, _)) = l.accept().await {
-                held.push(s);
-            }
-        });
+        let addr = crate::silent_server::silent_server().await;
         let s = spec(
             addr,
             200,
