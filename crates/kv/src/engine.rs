@@ -36,7 +36,7 @@ use crate::writeback::{self, WRITEBACK_EVERY};
 
 mod hint_store;
 
-pub use hint_store::{hint_bytes, HintBatch, HintChange, HintPut, HintTotals};
+pub use hint_store::{hint_bytes, HintBatch, HintCensus, HintChange, HintPut, HintTotals};
 
 /// Name of the keyspace holding the records.
 const KEYSPACE: &str = "entities";

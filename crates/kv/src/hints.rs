@@ -200,23 +200,23 @@ impl Hints {
         bounds: HintBounds,
         metrics: KvMetrics,
     ) -> Self {
-        match engine.forget_hints_except(&nodes) {
-            Ok(gone) => {
-                for (node, count) in gone {
-                    tracing::warn!(%node, count, "kv: dropped the hints kept for a node no longer in [kv] nodes");
-                }
+        // One scan: the totals of the listed nodes, and the hints of nodes
+        // no longer listed dropped.
+        let census = engine.hint_census(&nodes).map_err(|e| {
+            tracing::error!(error = %e, "kv: counting the hints on disk failed, the replay task tries again");
+        });
+        if let Ok(census) = &census {
+            for (node, count) in &census.gone {
+                tracing::warn!(%node, count, "kv: dropped the hints kept for a node no longer in [kv] nodes");
             }
-            Err(e) => tracing::error!(error = %e, "kv: dropping the hints of former nodes failed"),
         }
         let mut ledgers = Vec::with_capacity(nodes.len());
         let mut count_due = Vec::with_capacity(nodes.len());
-        for n in &nodes {
-            let on_disk = engine.hint_totals(n).map_err(|e| {
-                tracing::error!(node = %n, error = %e, "kv: counting the hints on disk failed, the replay task tries again");
-            });
+        for i in 0..nodes.len() {
+            let on_disk = census.as_ref().ok().map(|c| c.totals[i]);
             // Counted as none until the replay task counts again (removals
             // saturate at zero meanwhile).
-            count_due.push(Mutex::new(on_disk.is_err().then(Instant::now)));
+            count_due.push(Mutex::new(on_disk.is_none().then(Instant::now)));
             ledgers.push(Arc::new(HintLedger::new(
                 on_disk.unwrap_or_default(),
                 metrics.hints_pending.clone(),

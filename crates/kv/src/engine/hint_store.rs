@@ -51,6 +51,15 @@ impl HintBatch {
     }
 }
 
+/// What [`Engine::hint_census`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HintCensus {
+    /// The hints of each node asked about, in the order asked.
+    pub totals: Vec<HintTotals>,
+    /// The nodes no longer listed whose hints were removed, with how many.
+    pub gone: Vec<(String, usize)>,
+}
+
 /// Keys with a hint, and their [`hint_bytes`], of one node.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HintTotals {
@@ -161,23 +170,31 @@ impl Engine {
         Ok(totals)
     }
 
-    /// Removes every hint kept for a node not in `nodes` (one removed from
-    /// `[kv] nodes` since they were stored: nothing would ever deliver or
-    /// count them), and returns, per such node, how many there were.
-    pub fn forget_hints_except(&self, nodes: &[String]) -> Result<Vec<(String, usize)>, KvError> {
-        let mut gone: Vec<(String, usize)> = Vec::new();
+    /// One scan of every hint, for start-up: the keys and bytes kept for
+    /// each of `nodes` (in their order), and every hint kept for a node not
+    /// in `nodes` removed (one removed from `[kv] nodes` since they were
+    /// stored: nothing would ever deliver or count them), with, per such
+    /// node, how many there were.
+    pub fn hint_census(&self, nodes: &[String]) -> Result<HintCensus, KvError> {
+        let mut census = HintCensus {
+            totals: vec![HintTotals::default(); nodes.len()],
+            gone: Vec::new(),
+        };
         let mut doomed = Vec::new();
         for guard in self.hints.iter() {
-            let k = guard.key()?;
+            let (k, v) = guard.into_inner()?;
             let node = k.split(|b| *b == 0).next().unwrap_or_default();
-            if nodes.iter().any(|n| n.as_bytes() == node) {
+            if let Some(i) = nodes.iter().position(|n| n.as_bytes() == node) {
+                let totals = &mut census.totals[i];
+                totals.keys += 1;
+                totals.bytes += hint_bytes(k.len() - node.len() - 1, v.len());
                 continue;
             }
             let node = String::from_utf8_lossy(node);
-            match gone.last_mut() {
+            match census.gone.last_mut() {
                 // Keys are sorted, so one node's hints come together.
                 Some((last, n)) if *last == node => *n += 1,
-                _ => gone.push((node.into_owned(), 1)),
+                _ => census.gone.push((node.into_owned(), 1)),
             }
             doomed.push(k);
         }
@@ -185,7 +202,7 @@ impl Engine {
             let _guard = self.stripe(&k).lock();
             self.hints.remove(k)?;
         }
-        Ok(gone)
+        Ok(census)
     }
 
     /// Forgets a delivered hint, unless a newer one replaced it meanwhile;
