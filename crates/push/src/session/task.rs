@@ -78,12 +78,13 @@ pub async fn run(
         ctx.config.busy_write_delay(),
         ctx.load.clone(),
     );
-    let mut bound = WriteBound::new(&ctx.shutdown);
+    let shutdown = ctx.session_shutdown();
+    let mut bound = WriteBound::new(&shutdown);
     let end = loop {
         // Seen after a write or a packet as well as in the select: the
         // session goes no further round, and what it holds goes out with
         // its close.
-        if ctx.shutting_down() {
+        if shutdown.is_cancelled() {
             break End::Shutdown;
         }
         if ws.is_none() {
@@ -92,7 +93,7 @@ pub async fn run(
         if let Some(tx) = ws.as_mut() {
             if flush.due(session.outbox_len()) {
                 if !write_outbox(tx, &session, &mut written, timeout, &mut bound).await {
-                    if ctx.shutting_down() {
+                    if shutdown.is_cancelled() {
                         // Cut short by the shutdown: the close may still go.
                         break End::Shutdown;
                     }
@@ -160,7 +161,7 @@ pub async fn run(
             _ = session.drained(), if take == 0 => {}
             _ = session.writer_ready(), if ws.is_none() => {}
             _ = flush.wait(), if flush.is_armed() => {}
-            _ = ctx.shutdown.cancelled() => break End::Shutdown,
+            _ = shutdown.cancelled() => break End::Shutdown,
         }
     };
     let shutting_down = matches!(end, End::Shutdown);

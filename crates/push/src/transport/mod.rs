@@ -93,7 +93,9 @@ async fn route(
         Ok(q) => q,
         Err(e) => return refuse(e),
     };
-    if ctx.shutting_down() && (q.sid.is_none() || q.transport == Transport::WebSocket) {
+    // The shared token's check takes a lock every session's request would
+    // contend for, so only handshakes and upgrades look at it.
+    if (q.sid.is_none() || q.transport == Transport::WebSocket) && ctx.shutting_down() {
         return crate::shutdown::refusal();
     }
     match (q.sid, q.transport) {

@@ -139,12 +139,13 @@ async fn serve(
         ctx.config.busy_write_delay(),
         ctx.load.clone(),
     );
-    let mut bound = WriteBound::new(&ctx.shutdown);
+    let shutdown = ctx.session_shutdown();
+    let mut bound = WriteBound::new(&shutdown);
     let end = loop {
         // Seen after a write or a request as well as in the select: the
         // session goes no further round, and what it holds goes out with
         // its close.
-        if ctx.shutting_down() {
+        if shutdown.is_cancelled() {
             break End::Shutdown;
         }
         // One flush for everything the last wake-up produced. A client
@@ -163,7 +164,7 @@ async fn serve(
             match bound.within(timeout, write).await {
                 Some(Ok(())) => {}
                 Some(Err(_)) => break End::Lost,
-                None if ctx.shutting_down() => {
+                None if shutdown.is_cancelled() => {
                     debug!("/ws client read nothing since the shutdown; closing");
                     break End::Shutdown;
                 }
@@ -208,7 +209,7 @@ async fn serve(
                 // socket buffer must not hold the loop (and the pong
                 // deadline with it) forever, nor the shutdown.
                 if !send_timed(&mut tx, Message::Ping(Default::default()), timeout, &mut bound).await {
-                    break if ctx.shutting_down() { End::Shutdown } else { End::Lost };
+                    break if shutdown.is_cancelled() { End::Shutdown } else { End::Lost };
                 }
                 pong_due = Some(Instant::now() + timeout);
             }
@@ -218,7 +219,7 @@ async fn serve(
                 break End::Lost;
             }
             _ = flush.wait(), if flush.is_armed() => {}
-            _ = ctx.shutdown.cancelled() => break End::Shutdown,
+            _ = shutdown.cancelled() => break End::Shutdown,
             _ = async { handle.as_ref().expect("guarded").requested().await }, if handle.is_some() => {
                 send_timed(&mut tx, close(CLOSE_POLICY, "session recovered by another connection".into()), timeout, &mut bound).await;
                 break End::TakenOver;
