@@ -9,11 +9,13 @@
 //! the cluster backbone, or waiting for another session's state) is not
 //! answered: the client keeps the session id it asked for, for another
 //! node. A client's publish waiting for a full sink is given up and
-//! answered with an error before the close.
+//! answered with an error before the close (a `/ws` error, a Socket.IO
+//! ack).
 
 mod common;
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -536,11 +538,13 @@ async fn a_ws_cluster_replay_under_way_at_shutdown_does_not_hold_the_close() {
     assert_eq!(answered["cluster_error"], "the server is shutting down");
 }
 
-/// A routed sink that never has room: its `send` waits for ever, like one
-/// to a Kafka sink whose queue is full and whose broker is gone. It says
-/// when a message came to it.
+/// A routed sink with room for a few messages (taken and acknowledged at
+/// once), then none: its `send` waits for ever, like one to a Kafka sink
+/// whose queue is full and whose broker is gone. It says when a message
+/// came to it with no room left.
 #[derive(Debug, Default)]
 struct FullSink {
+    room: AtomicUsize,
     asked: tokio::sync::Notify,
 }
 
@@ -549,14 +553,38 @@ impl Sink for FullSink {
         "full"
     }
 
-    fn send(&self, _msg: SharedMessage, _ack: AckToken) -> SinkFuture<'_> {
+    fn send(&self, _msg: SharedMessage, ack: AckToken) -> SinkFuture<'_> {
+        let took = self
+            .room
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1));
+        if took.is_ok() {
+            ack.complete(Ok(()));
+            return Box::pin(async {});
+        }
         self.asked.notify_one();
         Box::pin(std::future::pending())
     }
 
     fn is_full(&self) -> bool {
-        true
+        self.room.load(Ordering::Acquire) == 0
     }
+}
+
+/// Routes `stuck.>` to a new [`FullSink`] with room for `room` messages.
+fn route_to_full_sink(s: &Server, room: usize) -> Arc<FullSink> {
+    let sink = Arc::new(FullSink {
+        room: AtomicUsize::new(room),
+        ..FullSink::default()
+    });
+    let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
+    let route = RouteConfig {
+        topics: "stuck.>".into(),
+        sink: "full".into(),
+    };
+    s.ctx
+        .hub
+        .set_routes(RouteTable::build(&[route], &sinks).unwrap());
+    sink
 }
 
 /// A `/ws` publish waits while the sink its topic routes to is full; at
@@ -566,15 +594,7 @@ impl Sink for FullSink {
 #[tokio::test]
 async fn a_ws_publish_waiting_for_a_full_sink_does_not_hold_the_close() {
     let s = Server::start(PushConfig::default()).await;
-    let sink = Arc::new(FullSink::default());
-    let sinks: Vec<Arc<dyn Sink>> = vec![sink.clone()];
-    let route = RouteConfig {
-        topics: "stuck.>".into(),
-        sink: "full".into(),
-    };
-    s.ctx
-        .hub
-        .set_routes(RouteTable::build(&[route], &sinks).unwrap());
+    let sink = route_to_full_sink(&s, 0);
     let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", s.addr))
         .await
         .unwrap();
@@ -601,5 +621,62 @@ async fn a_ws_publish_waiting_for_a_full_sink_does_not_hold_the_close() {
         answers,
         [json!({"op": "error", "id": 3, "reason": "the hub is shutting down"})],
         "the publish refused, as one after the hub closed"
+    );
+}
+
+/// The next frame's text, within 5 s.
+async fn next_text(ws: &mut Ws) -> String {
+    let m = tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .expect("a frame within 5 s")
+        .expect("socket open")
+        .unwrap();
+    m.into_text().unwrap().to_string()
+}
+
+/// A Socket.IO `publish` event waits while the sink its topic routes to is
+/// full; at shutdown it is given up and its ack says why (`{ok: false,
+/// reason}`, as for a publish after the hub closed), before the close
+/// packet and within `FLUSH_WAIT`. One with room, before, is acked
+/// `{ok: true}`: the sink and its route work, only the wait is given up.
+#[tokio::test]
+async fn a_socketio_publish_waiting_for_a_full_sink_is_acked_with_the_shutdown() {
+    let s = Server::start(PushConfig::default()).await;
+    let sink = route_to_full_sink(&s, 1);
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!(
+        "ws://{}/socket.io/?EIO=4&transport=websocket",
+        s.addr
+    ))
+    .await
+    .unwrap();
+    assert!(next_text(&mut ws).await.starts_with("0{"));
+    ws.send(Message::text("40")).await.unwrap();
+    assert!(next_text(&mut ws).await.starts_with("40{"));
+
+    ws.send(Message::text(r#"421["publish","stuck.a",{"n":1}]"#))
+        .await
+        .unwrap();
+    assert_eq!(next_text(&mut ws).await, r#"431[{"ok":true}]"#);
+    ws.send(Message::text(r#"422["publish","stuck.b",{"n":2}]"#))
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), sink.asked.notified())
+        .await
+        .expect("the publish waiting for the sink");
+
+    let start = Instant::now();
+    s.ctx.shutdown.cancel();
+    let (texts, close) = until_close_within(&mut ws, FLUSH_WAIT + Duration::from_secs(5)).await;
+    assert_eq!(close.map(|c| c.0), Some(u16::from(CloseCode::Away)));
+    assert!(
+        start.elapsed() < FLUSH_WAIT + Duration::from_secs(1),
+        "closed {:?} after the shutdown",
+        start.elapsed()
+    );
+    let ack: Value = json!([{"ok": false, "reason": "the hub is shutting down"}]);
+    assert_eq!(
+        texts,
+        [format!("432{ack}"), "1".to_owned()],
+        "the publish refused in its ack, then the close packet"
     );
 }
