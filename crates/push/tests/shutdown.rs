@@ -10,7 +10,7 @@
 //! answered: the client keeps the session id it asked for, for another
 //! node. A client's publish waiting for a full sink is given up and
 //! answered with an error before the close (a `/ws` error, a Socket.IO
-//! ack).
+//! ack, a `POST /v1/publish` 503).
 
 mod common;
 
@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{next_json, parse_response, Server, Ws};
+use common::{next_json, request_at, Server, Ws};
 use futures::{FutureExt, SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tidegate_hub::backbone::{HistoryFuture, Positions, Replay};
@@ -58,17 +58,6 @@ async fn publish_n_then_shut_down(s: &Server, topic: &str) {
             .unwrap();
     }
     s.ctx.shutdown.cancel();
-}
-
-/// `GET path` on a new connection, from a task of its own.
-async fn get_at(addr: std::net::SocketAddr, path: &str) -> (u16, Vec<u8>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let head = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    c.write_all(head.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    c.read_to_end(&mut raw).await.unwrap();
-    parse_response(&raw)
 }
 
 /// Text frames until the close frame: (texts, close code and reason).
@@ -213,7 +202,13 @@ async fn engineio_polling_ends_with_the_close_packet() {
     let pending = {
         let (addr, sid) = (s.addr, waiting.clone());
         tokio::spawn(async move {
-            get_at(addr, &format!("{path}?EIO=4&transport=polling&sid={sid}")).await
+            request_at(
+                addr,
+                "GET",
+                &format!("{path}?EIO=4&transport=polling&sid={sid}"),
+                b"",
+            )
+            .await
         })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -678,5 +673,46 @@ async fn a_socketio_publish_waiting_for_a_full_sink_is_acked_with_the_shutdown()
         texts,
         [format!("432{ack}"), "1".to_owned()],
         "the publish refused in its ack, then the close packet"
+    );
+}
+
+/// `POST /v1/publish` waiting for a full sink is answered 503 at shutdown,
+/// its body saying why, within `FLUSH_WAIT` (the `[http]` drain is not
+/// held until the sink has room). One with room, before, is answered 200.
+#[tokio::test]
+async fn a_post_publish_waiting_for_a_full_sink_is_answered_503_at_shutdown() {
+    let s = Server::start(PushConfig::default()).await;
+    let sink = route_to_full_sink(&s, 1);
+    let (st, body) = s
+        .request("POST", "/v1/publish?topic=stuck.a", br#"{"n":1}"#)
+        .await;
+    assert_eq!((st, body), (200, b"{\"ok\":true}\n".to_vec()));
+
+    let addr = s.addr;
+    let waiting = tokio::spawn(async move {
+        request_at(addr, "POST", "/v1/publish?topic=stuck.b", br#"{"n":2}"#).await
+    });
+    tokio::time::timeout(Duration::from_secs(5), sink.asked.notified())
+        .await
+        .expect("the publish waiting for the sink");
+
+    let start = Instant::now();
+    s.ctx.shutdown.cancel();
+    let (st, body) = tokio::time::timeout(FLUSH_WAIT + Duration::from_secs(5), waiting)
+        .await
+        .expect("the POST answered after the shutdown")
+        .unwrap();
+    assert!(
+        start.elapsed() < FLUSH_WAIT + Duration::from_secs(1),
+        "answered {:?} after the shutdown",
+        start.elapsed()
+    );
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        (st, body),
+        (
+            503,
+            json!({"ok": false, "reason": "the hub is shutting down"})
+        )
     );
 }

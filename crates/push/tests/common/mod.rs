@@ -42,16 +42,7 @@ impl Server {
 
     /// One HTTP/1.1 request on a new connection: (status, body).
     pub async fn request(&self, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
-        let mut s = TcpStream::connect(self.addr).await.unwrap();
-        let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        );
-        s.write_all(head.as_bytes()).await.unwrap();
-        s.write_all(body).await.unwrap();
-        let mut out = Vec::new();
-        s.read_to_end(&mut out).await.unwrap();
-        parse_response(&out)
+        request_at(self.addr, method, path, body).await
     }
 
     /// A polling handshake: the new sid.
@@ -93,6 +84,21 @@ impl Server {
         assert!(self.get(path, &sid).await.1.starts_with(b"431"));
         sid
     }
+}
+
+/// One HTTP/1.1 request to `addr` on a new connection: (status, body).
+/// Needs no `Server`, so a task of its own can send one that waits.
+pub async fn request_at(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(body).await.unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    parse_response(&out)
 }
 
 /// Status and (de-chunked) body of a raw response.
