@@ -40,7 +40,8 @@ pub const BACKLOG: usize = 1024;
 
 /// How long a closed websocket waits for the client's close frame in
 /// return, so the connection ends with the close handshake rather than a
-/// reset that could cut off the close frame itself.
+/// reset that could cut off the close frame itself. Only once its own
+/// close frame went out: a client that never got one has none to return.
 pub const CLOSE_REPLY_WAIT: Duration = Duration::from_secs(1);
 
 /// The answer to a handshake (Engine.IO, Socket.IO, `/ws`) while shutting

@@ -10,12 +10,13 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use axum::extract::ws::{Utf8Bytes, WebSocket};
+use axum::extract::ws::{CloseFrame, Utf8Bytes, WebSocket};
 use base64::Engine as _;
 use bytes::Bytes;
 use futures::stream::SplitSink;
+use futures::SinkExt;
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::engineio::handshake::Transport;
@@ -39,7 +40,38 @@ pub const INBOUND_QUEUE: usize = 64;
 pub type Inbound = Box<EioPacket>;
 
 /// The writing half of a session's websocket.
-pub type WsWriter = SplitSink<WebSocket, axum::extract::ws::Message>;
+pub type WsSink = SplitSink<WebSocket, axum::extract::ws::Message>;
+
+/// A session's websocket writing half as the session task holds it, with
+/// the promise to tell the socket's reader whether the closing frame went
+/// out ([`WsWriter::close`]). The reader waits for the client's close in
+/// return only then: a client that never got ours has nothing to answer.
+#[derive(Debug)]
+pub struct WsWriter {
+    sink: WsSink,
+    /// Whether the close frame was written; dropped unsent (the writer
+    /// dropped without [`WsWriter::close`]), it tells the reader "no".
+    close_sent: oneshot::Sender<bool>,
+}
+
+impl WsWriter {
+    /// The socket's writing half, for the outbox.
+    pub fn sink(&mut self) -> &mut WsSink {
+        &mut self.sink
+    }
+
+    /// Writes the close frame (`frame`: its code and reason, if any) within
+    /// `wait`, and tells the socket's reader whether it went out; true if
+    /// it did. A client that reads nothing, or a socket that failed, is
+    /// not waited for longer.
+    pub async fn close(mut self, frame: Option<CloseFrame>, wait: Duration) -> bool {
+        let write = self.sink.send(axum::extract::ws::Message::Close(frame));
+        let sent = matches!(tokio::time::timeout(wait, write).await, Ok(Ok(())));
+        // The reader may be gone already (the client closed first).
+        let _ = self.close_sent.send(sent);
+        sent
+    }
+}
 
 /// A packet waiting to be written, already encoded.
 #[derive(Debug, Clone)]
@@ -291,16 +323,19 @@ impl EngineSession {
     }
 
     /// Hands the websocket's writing half to the session task, which from
-    /// now on writes the outbox itself. Gives it back if the session ended.
-    pub fn attach_ws_writer(&self, w: WsWriter) -> Result<(), WsWriter> {
+    /// now on writes the outbox itself and, at the end, the close frame.
+    /// Returns where the task says whether that close frame went out (an
+    /// error: it did not), or gives the sink back if the session ended.
+    pub fn attach_ws_writer(&self, sink: WsSink) -> Result<oneshot::Receiver<bool>, WsSink> {
         let mut st = self.state.lock();
         if st.closed {
-            return Err(w);
+            return Err(sink);
         }
-        st.ws_writer = Some(w);
+        let (close_sent, told) = oneshot::channel();
+        st.ws_writer = Some(WsWriter { sink, close_sent });
         drop(st);
         self.writer_ready.notify_one();
-        Ok(())
+        Ok(told)
     }
 
     /// The websocket writer attached since the last call, if any.

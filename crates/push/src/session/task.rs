@@ -24,7 +24,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ws::{CloseFrame, Message};
+use axum::extract::ws::CloseFrame;
 use futures::SinkExt;
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
@@ -205,13 +205,14 @@ pub async fn run(
             }
         }
     }
-    if let Some(mut tx) = ws {
-        // Tell the client, briefly: a peer that reads nothing is not waited for.
+    if let Some(tx) = ws {
+        // Tell the client, briefly: a peer that reads nothing is not waited
+        // for (and then its reader does not wait for its answer either).
         let frame = shutting_down.then(|| CloseFrame {
             code: crate::ws::server::CLOSE_GOING_AWAY,
             reason: crate::shutdown::REASON.into(),
         });
-        let _ = tokio::time::timeout(CLOSE_FRAME_WAIT, tx.send(Message::Close(frame))).await;
+        tx.close(frame, CLOSE_FRAME_WAIT).await;
     }
 }
 
@@ -271,11 +272,12 @@ async fn write_outbox(
     if batch.is_empty() {
         return true;
     }
+    let sink = tx.sink();
     let write = async {
         for o in batch.drain(..) {
-            tx.feed(o.ws_message()).await?;
+            sink.feed(o.ws_message()).await?;
         }
-        tx.flush().await
+        sink.flush().await
     };
     let ok = matches!(bound.within(timeout, write).await, Some(Ok(())));
     if !ok {

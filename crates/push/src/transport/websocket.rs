@@ -122,25 +122,33 @@ async fn probe(socket: &mut WebSocket, s: &EngineSession) -> bool {
 /// socket read; they go back once each message has been handled.
 async fn run(socket: WebSocket, s: &Arc<EngineSession>, upgraded: Option<UpgradedBytes>) {
     let (tx, mut rx) = socket.split();
-    if s.attach_ws_writer(tx).is_ok() {
+    if let Ok(close_sent) = s.attach_ws_writer(tx) {
         let reading = read_packets(&mut rx, s.clone(), upgraded.as_ref());
         tokio::select! {
             _ = reading => {}
             _ = s.closed() => {
                 // The server closed the session (shutdown, ping timeout, …)
-                // and its task sends the close frame. Reading on until the
-                // client's close comes back keeps the socket open for that
-                // handshake: closed at once, with the client's frames still
-                // unread, it ends in a reset, which may cut off the close.
-                let reply = async {
-                    while let Some(Ok(m)) = rx.next().await {
-                        let _handled = upgraded.as_ref().map(UpgradedBytes::release_when_done);
-                        if matches!(m, Message::Close(_)) {
-                            break;
+                // and its task sends the close frame. Once that went out,
+                // reading on until the client's close comes back keeps the
+                // socket open for that handshake: closed at once, with the
+                // client's frames still unread, it ends in a reset, which
+                // may cut off the close. One that did not go out (the write
+                // failed, or the client read nothing within its wait) gets
+                // no answer: waiting for one would only hold the socket,
+                // and at shutdown the [http] drain, a second longer.
+                // The task says so once it is done with the writer (its
+                // writes are bounded), or drops the sender: not sent.
+                if close_sent.await == Ok(true) {
+                    let reply = async {
+                        while let Some(Ok(m)) = rx.next().await {
+                            let _handled = upgraded.as_ref().map(UpgradedBytes::release_when_done);
+                            if matches!(m, Message::Close(_)) {
+                                break;
+                            }
                         }
-                    }
-                };
-                let _ = tokio::time::timeout(crate::shutdown::CLOSE_REPLY_WAIT, reply).await;
+                    };
+                    let _ = tokio::time::timeout(crate::shutdown::CLOSE_REPLY_WAIT, reply).await;
+                }
             }
         }
     }
@@ -171,5 +179,147 @@ async fn read_packets(
         if !s.receive(p).await {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engineio::handshake::Transport;
+    use crate::session::engine::{Inbound, WsWriter};
+    use crate::shutdown::CLOSE_REPLY_WAIT;
+    use axum::routing::get;
+    use futures::SinkExt;
+    use tokio::sync::{mpsc, oneshot};
+    use tokio::time::{timeout, Instant};
+    use tokio_tungstenite::tungstenite::Message as ClientMessage;
+
+    type Client = tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >;
+
+    /// A session on a loopback websocket whose reading side is [`run`]; the
+    /// test plays the session task (it takes the writer).
+    struct Reading {
+        session: Arc<EngineSession>,
+        /// Kept so the session's inbound queue stays open.
+        _inbound: mpsc::Receiver<Inbound>,
+        client: Client,
+        /// Resolves when `run` returned.
+        done: oneshot::Receiver<()>,
+    }
+
+    async fn reading() -> Reading {
+        let (session, inbound) = EngineSession::new("t".into(), Transport::WebSocket);
+        let session = Arc::new(session);
+        let (done_tx, done) = oneshot::channel();
+        let done_tx = Arc::new(parking_lot::Mutex::new(Some(done_tx)));
+        let s = session.clone();
+        let app = axum::Router::new().route(
+            "/",
+            get(move |ws: WebSocketUpgrade| async move {
+                ws.on_upgrade(move |socket| async move {
+                    run(socket, &s, None).await;
+                    if let Some(d) = done_tx.lock().take() {
+                        let _ = d.send(());
+                    }
+                })
+            }),
+        );
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+        let (client, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/"))
+            .await
+            .unwrap();
+        Reading {
+            session,
+            _inbound: inbound,
+            client,
+            done,
+        }
+    }
+
+    /// The writer `run` handed to the session, as the session task takes it.
+    async fn writer(s: &EngineSession) -> WsWriter {
+        loop {
+            if let Some(w) = s.take_ws_writer() {
+                return w;
+            }
+            timeout(Duration::from_secs(5), s.writer_ready())
+                .await
+                .expect("the writer attached");
+        }
+    }
+
+    /// Writes to a client that reads nothing until a write stalls: the
+    /// socket buffers are full, nothing more goes out.
+    async fn stall(w: &mut WsWriter) {
+        let mb = Message::Binary(vec![0u8; 1 << 20].into());
+        for _ in 0..256 {
+            match timeout(Duration::from_millis(200), w.sink().send(mb.clone())).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => panic!("write failed: {e}"),
+                Err(_) => return,
+            }
+        }
+        panic!("256 MiB written to a client that reads nothing");
+    }
+
+    #[tokio::test]
+    async fn a_close_frame_that_did_not_go_out_is_not_waited_for() {
+        let mut r = reading().await;
+        let mut w = writer(&r.session).await;
+        // The client reads nothing (and so sends no close either).
+        stall(&mut w).await;
+        r.session.close();
+        assert!(!w.close(None, Duration::from_millis(100)).await);
+        let start = Instant::now();
+        timeout(CLOSE_REPLY_WAIT / 2, &mut r.done)
+            .await
+            .expect("the reader ended without waiting for a close reply")
+            .unwrap();
+        assert!(start.elapsed() < CLOSE_REPLY_WAIT / 2);
+    }
+
+    #[tokio::test]
+    async fn a_writer_dropped_without_its_close_is_not_waited_for() {
+        let mut r = reading().await;
+        let w = writer(&r.session).await;
+        r.session.close();
+        drop(w);
+        timeout(CLOSE_REPLY_WAIT / 2, &mut r.done)
+            .await
+            .expect("the reader ended without waiting for a close reply")
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_close_frame_that_went_out_waits_for_the_client_s_close() {
+        let mut r = reading().await;
+        let w = writer(&r.session).await;
+        r.session.close();
+        let frame = CloseFrame {
+            code: crate::ws::server::CLOSE_GOING_AWAY,
+            reason: "bye".into(),
+        };
+        assert!(w.close(Some(frame), Duration::from_secs(5)).await);
+        // Not before the client's close: the handshake is let finish.
+        let early = timeout(Duration::from_millis(200), &mut r.done).await;
+        assert!(early.is_err(), "the reader ended before the client's close");
+        let got = timeout(Duration::from_secs(5), r.client.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(matches!(got, ClientMessage::Close(Some(_))), "{got:?}");
+        // tungstenite queued the reply to a received close; this sends it.
+        let _ = r.client.flush().await;
+        let replied = Instant::now();
+        timeout(CLOSE_REPLY_WAIT / 2, &mut r.done)
+            .await
+            .expect("the reader ended on the client's close")
+            .unwrap();
+        assert!(replied.elapsed() < CLOSE_REPLY_WAIT / 2);
     }
 }
