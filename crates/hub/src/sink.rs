@@ -35,7 +35,8 @@ pub trait Sink: Send + Sync + 'static {
     }
 
     /// True when a `send` now would wait. Sources that must answer "full"
-    /// rather than wait (S2S `PORTS_DESTINATION_FULL`, HTTP 503) ask this.
+    /// rather than wait (S2S `PORTS_DESTINATION_FULL` over raw sockets, 503
+    /// over HTTP) ask this.
     fn is_full(&self) -> bool {
         false
     }
