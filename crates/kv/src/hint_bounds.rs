@@ -9,14 +9,15 @@
 //!
 //! A node's totals ([`HintLedger`]) are kept equal to its hints on disk
 //! without scanning it: they are counted once at start-up, and every
-//! change after that is made under the ledger's lock and reported to it
-//! with the bytes the engine says it added or removed
-//! ([`crate::engine::HintChange`]).
+//! change after that is reported to the ledger with the bytes the engine
+//! says it added or removed ([`crate::engine::HintChange`]) — a write
+//! reserved before it is made and settled after, so that no lock on the
+//! totals is held while the disk is written.
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use prometheus_client::metrics::gauge::Gauge;
 
 use crate::engine::{HintChange, HintTotals};
@@ -79,20 +80,61 @@ impl HintBounds {
     }
 }
 
-/// One node's hint totals, kept equal to its hints on disk: every change
-/// to them on disk is made holding [`HintLedger::lock`] and reported to
-/// it, so a hint is always checked against totals that count every other
-/// one.
+/// One node's hint totals, kept equal to its hints on disk without
+/// holding a lock across the disk: a change reserves what it may add
+/// before it is written ([`ChangeGuard::reserve`]) and settles it after
+/// ([`Reservation::settle`]), or gives it back when the write fails; a
+/// removal is subtracted once made. The lock on the totals is held only
+/// for that arithmetic, so a write held up in storage (a write stall)
+/// holds up none of the node's other hints, nor their delivery.
+///
+/// Two totals, because a change in flight may or may not be on disk yet:
+/// `counted` holds every reservation not yet settled as the larger of the
+/// node's totals before and after it — so the disk never holds more than
+/// `counted`, which the bounds are checked against — and `settled` only
+/// the changes known written, which the gauges and [`HintLedger::keys`]
+/// show. They are equal whenever no change is in flight.
+///
+/// A recount ([`HintLedger::recount`]) replaces both with a scan of the
+/// disk, which would count a change in flight or not depending on when
+/// the scan passes it; so every change holds [`HintLedger::change`]
+/// (shared: changes do not wait for each other) from before it touches
+/// the disk until it is accounted for, and a recount holds it exclusively
+/// (waiting for the changes in flight, and holding back new ones while it
+/// scans; a recount is rare: a count at start-up that failed, or totals
+/// found wrong).
 pub struct HintLedger {
-    totals: Mutex<HintTotals>,
-    /// `totals.keys`, read without the lock: the replay task polls it on
-    /// the async runtime, where waiting for a disk write made under the
-    /// lock would hold up a worker.
+    totals: Mutex<LedgerTotals>,
+    /// Shared by a change to the node's hints on disk until it is
+    /// accounted for; exclusive for a recount.
+    changes: RwLock<()>,
+    /// `settled.keys`, read without the lock: the replay task polls it on
+    /// the async runtime, and asks the disk only when it says there are
+    /// hints (a reserved one may not be written yet).
     keys: AtomicUsize,
     /// Every node's keys with a hint, together (`/metrics`).
     keys_gauge: Gauge,
     /// Every node's hint bytes, together (`/metrics`).
     bytes_gauge: Gauge,
+}
+
+/// A node's totals: see [`HintLedger`].
+struct LedgerTotals {
+    /// The settled totals plus, for each change in flight, what it may
+    /// add: the bounds are checked against these.
+    counted: HintTotals,
+    /// The changes known written.
+    settled: HintTotals,
+}
+
+/// Why [`ChangeGuard::reserve`] turned a change down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused {
+    /// The bound it would cross.
+    pub bound: Exceeded,
+    /// The node's totals it was checked against (changes in flight
+    /// included).
+    pub totals: HintTotals,
 }
 
 impl HintLedger {
@@ -102,78 +144,178 @@ impl HintLedger {
         keys_gauge.inc_by(on_disk.keys as i64);
         bytes_gauge.inc_by(on_disk.bytes as i64);
         HintLedger {
-            totals: Mutex::new(on_disk),
+            totals: Mutex::new(LedgerTotals {
+                counted: on_disk,
+                settled: on_disk,
+            }),
+            changes: RwLock::new(()),
             keys: AtomicUsize::new(on_disk.keys),
             keys_gauge,
             bytes_gauge,
         }
     }
 
-    /// Keys with a hint (without waiting for the lock).
+    /// Keys with a hint known written (without waiting for any lock).
     pub fn keys(&self) -> usize {
         self.keys.load(Ordering::Relaxed)
     }
 
-    /// The totals, locked: hold this across a change to the node's hints
-    /// on disk and report it (blocking: call off the runtime).
-    pub fn lock(&self) -> LedgerGuard<'_> {
-        LedgerGuard {
-            ledger: self,
-            totals: self.totals.lock(),
-        }
-    }
-}
-
-/// A [`HintLedger`] locked.
-pub struct LedgerGuard<'a> {
-    ledger: &'a HintLedger,
-    totals: MutexGuard<'a, HintTotals>,
-}
-
-impl LedgerGuard<'_> {
-    /// The node's totals.
+    /// The totals of the hints known written.
     pub fn totals(&self) -> HintTotals {
-        *self.totals
+        self.totals.lock().settled
     }
 
-    /// A hint was written, making `change`.
-    pub fn stored(&mut self, change: HintChange) {
-        let mut t = *self.totals;
-        match change.replaced {
-            Some(old) => t.bytes = t.bytes.saturating_sub(old),
-            None => t.keys += 1,
+    /// Leave to change the node's hints on disk: hold it from before the
+    /// change reads or writes the disk until it is accounted for. Waits
+    /// only for a recount (blocking: call off the runtime).
+    pub fn change(&self) -> ChangeGuard<'_> {
+        ChangeGuard {
+            ledger: self,
+            _shared: self.changes.read(),
         }
-        t.bytes = t.bytes.saturating_add(change.bytes);
-        self.set(t);
     }
 
-    /// A hint of `bytes` was removed.
-    pub fn removed(&mut self, bytes: u64) {
+    /// Leave to count the node's hints on disk again: waits for every
+    /// change in flight, and holds back new ones until dropped (blocking:
+    /// call off the runtime).
+    pub fn recount(&self) -> RecountGuard<'_> {
+        RecountGuard {
+            ledger: self,
+            _exclusive: self.changes.write(),
+        }
+    }
+
+    /// Sets the settled totals, moving the shared gauges by the
+    /// difference.
+    fn settle_to(&self, totals: &mut LedgerTotals, new: HintTotals) {
+        let old = totals.settled;
+        self.keys_gauge.inc_by(new.keys as i64 - old.keys as i64);
+        self.bytes_gauge.inc_by(new.bytes as i64 - old.bytes as i64);
+        self.keys.store(new.keys, Ordering::Relaxed);
+        totals.settled = new;
+    }
+}
+
+/// A change to a node's hints in progress ([`HintLedger::change`]).
+pub struct ChangeGuard<'a> {
+    ledger: &'a HintLedger,
+    _shared: RwLockReadGuard<'a, ()>,
+}
+
+impl ChangeGuard<'_> {
+    /// Reserves what `change` may add to the node's totals, if `bounds`
+    /// admit it beside every change in flight: a new key, and the bytes
+    /// it grows by. What it shrinks by is given back only when it is
+    /// settled: until then the disk may still hold the hint it replaces.
+    /// Call holding the key's lock, between reading the hint it replaces
+    /// and writing it, so that `change.replaced` is what the write
+    /// replaces.
+    pub fn reserve(
+        &self,
+        bounds: &HintBounds,
+        change: HintChange,
+    ) -> Result<Reservation<'_>, Refused> {
+        let mut totals = self.ledger.totals.lock();
+        let counted = totals.counted;
+        bounds.admits(counted, change).map_err(|bound| Refused {
+            bound,
+            totals: counted,
+        })?;
+        totals.counted = HintTotals {
+            keys: counted.keys + usize::from(change.replaced.is_none()),
+            bytes: counted.bytes.saturating_add(growth(change)),
+        };
+        Ok(Reservation {
+            ledger: self.ledger,
+            change,
+            settled: false,
+        })
+    }
+
+    /// A hint of `bytes` was removed from disk.
+    pub fn removed(&self, bytes: u64) {
+        let mut totals = self.ledger.totals.lock();
         // Saturating: a count that failed at start-up may have counted
         // less than the disk holds.
-        let t = HintTotals {
-            keys: self.totals.keys.saturating_sub(1),
-            bytes: self.totals.bytes.saturating_sub(bytes),
+        let less = |t: HintTotals| HintTotals {
+            keys: t.keys.saturating_sub(1),
+            bytes: t.bytes.saturating_sub(bytes),
         };
-        self.set(t);
+        totals.counted = less(totals.counted);
+        let settled = less(totals.settled);
+        self.ledger.settle_to(&mut totals, settled);
     }
+}
 
-    /// The node's hints were counted on disk again.
-    pub fn recounted(&mut self, on_disk: HintTotals) {
-        self.set(on_disk);
+/// What [`ChangeGuard::reserve`] set aside for one change: settle it once
+/// the change is written; dropped unsettled (the write failed), it gives
+/// back what it reserved.
+#[must_use = "dropped unsettled, a reservation is given back"]
+pub struct Reservation<'a> {
+    ledger: &'a HintLedger,
+    change: HintChange,
+    settled: bool,
+}
+
+impl Reservation<'_> {
+    /// The change was written: the node's totals become what it made them,
+    /// giving back what it shrank them by.
+    pub fn settle(mut self) {
+        self.settled = true;
+        let change = self.change;
+        let mut totals = self.ledger.totals.lock();
+        totals.counted.bytes = totals.counted.bytes.saturating_sub(shrink(change));
+        let mut settled = totals.settled;
+        match change.replaced {
+            Some(old) => settled.bytes = settled.bytes.saturating_sub(old),
+            None => settled.keys += 1,
+        }
+        settled.bytes = settled.bytes.saturating_add(change.bytes);
+        self.ledger.settle_to(&mut totals, settled);
     }
+}
 
-    /// Sets the totals, moving the shared gauges by the difference.
-    fn set(&mut self, new: HintTotals) {
-        let old = *self.totals;
-        self.ledger
-            .keys_gauge
-            .inc_by(new.keys as i64 - old.keys as i64);
-        self.ledger
-            .bytes_gauge
-            .inc_by(new.bytes as i64 - old.bytes as i64);
-        self.ledger.keys.store(new.keys, Ordering::Relaxed);
-        *self.totals = new;
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        let mut totals = self.ledger.totals.lock();
+        let counted = totals.counted;
+        totals.counted = HintTotals {
+            // Saturating: a removal may have met the key's count first
+            // when a failed count at start-up left it short.
+            keys: counted
+                .keys
+                .saturating_sub(usize::from(self.change.replaced.is_none())),
+            bytes: counted.bytes.saturating_sub(growth(self.change)),
+        };
+    }
+}
+
+/// Bytes `change` adds to its node's total.
+fn growth(change: HintChange) -> u64 {
+    change.bytes.saturating_sub(change.replaced.unwrap_or(0))
+}
+
+/// Bytes `change` takes from its node's total.
+fn shrink(change: HintChange) -> u64 {
+    change.replaced.unwrap_or(0).saturating_sub(change.bytes)
+}
+
+/// A recount of a node's hints in progress ([`HintLedger::recount`]).
+pub struct RecountGuard<'a> {
+    ledger: &'a HintLedger,
+    _exclusive: RwLockWriteGuard<'a, ()>,
+}
+
+impl RecountGuard<'_> {
+    /// The node's hints were counted on disk again, with no change in
+    /// flight: the totals become what was counted.
+    pub fn recounted(&self, on_disk: HintTotals) {
+        let mut totals = self.ledger.totals.lock();
+        totals.counted = on_disk;
+        self.ledger.settle_to(&mut totals, on_disk);
     }
 }
 
@@ -249,6 +391,18 @@ mod tests {
         assert_eq!(none.admits(totals(0, 0), new_hint(1)), Err(Exceeded::Bytes));
     }
 
+    /// `change` written to `ledger` (reserved, admitted, settled).
+    fn write(ledger: &HintLedger, change: HintChange) {
+        let guard = ledger.change();
+        guard.reserve(&BOUNDS_OFF, change).unwrap().settle();
+    }
+
+    /// Bounds that admit anything.
+    const BOUNDS_OFF: HintBounds = HintBounds {
+        keys: usize::MAX,
+        bytes: u64::MAX,
+    };
+
     #[test]
     fn the_ledger_moves_the_shared_gauges_with_its_totals() {
         let (keys, bytes) = (Gauge::default(), Gauge::default());
@@ -256,19 +410,95 @@ mod tests {
         let b = HintLedger::new(totals(1, 50), keys.clone(), bytes.clone());
         assert_eq!((keys.get(), bytes.get()), (3, 350));
 
-        a.lock().stored(new_hint(100));
-        assert_eq!(a.lock().totals(), totals(3, 400));
-        a.lock().stored(replacing(10, 100));
-        assert_eq!(a.lock().totals(), totals(3, 310));
-        b.lock().removed(50);
-        assert_eq!(b.lock().totals(), totals(0, 0));
+        write(&a, new_hint(100));
+        assert_eq!(a.totals(), totals(3, 400));
+        write(&a, replacing(10, 100));
+        assert_eq!(a.totals(), totals(3, 310));
+        b.change().removed(50);
+        assert_eq!(b.totals(), totals(0, 0));
         assert_eq!((keys.get(), bytes.get()), (3, 310));
         assert_eq!((a.keys(), b.keys()), (3, 0));
 
         // A removal the totals never counted does not wrap around.
-        b.lock().removed(70);
-        assert_eq!(b.lock().totals(), totals(0, 0));
-        a.lock().recounted(totals(1, 20));
+        b.change().removed(70);
+        assert_eq!(b.totals(), totals(0, 0));
+        a.recount().recounted(totals(1, 20));
         assert_eq!((keys.get(), bytes.get()), (1, 20));
+    }
+
+    #[test]
+    fn a_change_in_flight_holds_its_room_until_settled_or_given_back() {
+        let (keys, bytes) = (Gauge::default(), Gauge::default());
+        let ledger = HintLedger::new(totals(1, 800), keys.clone(), bytes.clone());
+        let guard = ledger.change();
+
+        // In flight: not shown as kept, but counted against the bounds.
+        let first = guard.reserve(&BOUNDS, new_hint(150)).unwrap();
+        assert_eq!((ledger.totals(), ledger.keys()), (totals(1, 800), 1));
+        assert_eq!((keys.get(), bytes.get()), (1, 800));
+        assert_eq!(
+            guard.reserve(&BOUNDS, new_hint(51)).map(drop),
+            Err(Refused {
+                bound: Exceeded::Bytes,
+                totals: totals(2, 950),
+            })
+        );
+        let second = guard.reserve(&BOUNDS, new_hint(50)).unwrap();
+        assert_eq!(
+            guard.reserve(&BOUNDS, new_hint(0)).map(drop),
+            Err(Refused {
+                bound: Exceeded::Keys,
+                totals: totals(3, 1000),
+            })
+        );
+
+        // A write that failed gives its room back; one written is shown.
+        drop(second);
+        first.settle();
+        assert_eq!((ledger.totals(), ledger.keys()), (totals(2, 950), 2));
+        assert_eq!((keys.get(), bytes.get()), (2, 950));
+        guard.reserve(&BOUNDS, new_hint(50)).unwrap().settle();
+        assert_eq!(ledger.totals(), totals(3, 1000));
+
+        // A replacement that shrinks its key's hint (800 -> 100) gives the
+        // difference back only once written: until then the disk may
+        // still hold the larger one, and nothing may take its room.
+        let shrinking = guard.reserve(&BOUNDS, replacing(100, 800)).unwrap();
+        let growing = replacing(60, 50);
+        assert_eq!(
+            guard.reserve(&BOUNDS, growing).map(drop),
+            Err(Refused {
+                bound: Exceeded::Bytes,
+                totals: totals(3, 1000),
+            })
+        );
+        shrinking.settle();
+        assert_eq!(ledger.totals(), totals(3, 300));
+        guard.reserve(&BOUNDS, growing).unwrap().settle();
+        assert_eq!(ledger.totals(), totals(3, 310));
+        assert_eq!((keys.get(), bytes.get()), (3, 310));
+    }
+
+    #[test]
+    fn a_recount_waits_for_the_changes_in_flight() {
+        let ledger = std::sync::Arc::new(HintLedger::new(
+            totals(0, 0),
+            Gauge::default(),
+            Gauge::default(),
+        ));
+        let guard = ledger.change();
+        let reserved = guard.reserve(&BOUNDS, new_hint(10)).unwrap();
+        let recount = {
+            let ledger = ledger.clone();
+            std::thread::spawn(move || ledger.recount().recounted(totals(1, 10)))
+        };
+        // Had it not waited, it would be done by now (and the settle
+        // below would count the hint a second time).
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!recount.is_finished());
+        reserved.settle();
+        drop(guard);
+        recount.join().unwrap();
+        assert_eq!(ledger.totals(), totals(1, 10));
     }
 }

@@ -1,22 +1,23 @@
 //! How many hints, and how many bytes of them, may be on their way to one
 //! replica's store at once.
 //!
-//! A node's hints are written one at a time, under its ledger's lock
-//! ([`crate::hint_bounds::HintLedger`]). When a replica goes away every
-//! write to it fails — a whole batch of up to 4,096 at once — and each
-//! used to become a blocking-pool task of its own that waited on that
-//! lock: behind a slow disk (a storage write stall) they held hundreds
-//! of the pool's threads, which the engine's storage hand-offs need too.
+//! A node's hints are written one at a time. When a replica goes away
+//! every write to it fails — a whole batch of up to 4,096 at once — and
+//! each used to become a blocking-pool task of its own that waited on the
+//! node's ledger lock (then held across each hint's write): behind a slow
+//! disk (a storage write stall) they held hundreds of the pool's threads,
+//! which the engine's storage hand-offs need too.
 //!
 //! Now a hint waits for its node's turn on the async runtime, before its
 //! blocking task is spawned: a node's hints hold at most one blocking
-//! thread (one is all the lock lets work anyway). And at most a fixed
-//! number may be waiting or writing: one more is dropped and counted like
-//! a hint past its bound, because the write it belongs to waits for it
-//! (its client may be waiting too), and should not wait behind a disk
-//! that has stopped. Not chosen: reserving room under the lock and
-//! writing outside it. That frees the lock, but the threads would then
-//! pile up inside the storage's own write stall instead.
+//! thread. And at most a fixed number may be waiting or writing: one more
+//! is dropped and counted like a hint past its bound, because the write
+//! it belongs to waits for it (its client may be waiting too), and should
+//! not wait behind a disk that has stopped. The ledger no longer holds
+//! its lock across the disk (a hint reserves its room, then writes:
+//! [`crate::hint_bounds::HintLedger`]), but the turn stays: without it
+//! the threads would pile up inside the storage's own write stall
+//! instead of on the lock.
 //!
 //! The count alone bounds no memory: a waiting hint holds its record,
 //! whose value may be as large as `[http] max_body_bytes` (256 MiB by

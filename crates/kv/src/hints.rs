@@ -10,8 +10,10 @@
 //! then catches up through read repair, anti-entropy or later writes); a
 //! newer hint for a key already hinted counts only what it adds. The
 //! totals are counted on disk at start-up and then follow every hint
-//! stored, replaced, delivered or dropped, each change made under the
-//! node's [`HintLedger`] lock. A count that fails at start-up is tried
+//! stored, replaced, delivered or dropped: a hint reserves its room in the
+//! node's [`HintLedger`] before it is written and settles it after, so no
+//! lock on the totals is held across the disk, and the hints in flight
+//! count against the bounds. A count that fails at start-up is tried
 //! again by the replay task, every [`COUNT_RETRY_INTERVAL`] until it
 //! succeeds (until then the totals count only the hints kept since, so
 //! the replay would not know of the others). Hints
@@ -303,21 +305,29 @@ impl Hints {
     /// Keeps `record` for node `node`, unless it would take the node past
     /// its bounds (blocking: call off the runtime).
     pub fn keep(&self, node: usize, key: &[u8], record: &Record) {
-        // Locked until the change is counted: a hint checked meanwhile for
-        // the same node would be checked against totals that miss this one.
-        let mut ledger = self.ledgers[node].lock();
-        let totals = ledger.totals();
-        let mut exceeded = None;
-        let admit = |change| match self.bounds.admits(totals, change) {
-            Ok(()) => true,
-            Err(bound) => {
-                exceeded = Some(bound);
+        // No lock on the node's totals across the disk: the change reserves
+        // its room under the key's lock, between reading the hint it
+        // replaces and writing (so a hint checked meanwhile, for this key
+        // or another, counts this one), and settles after. Held shared, so
+        // that a recount of the node waits for this change.
+        let ledger = self.ledgers[node].change();
+        let mut reserved = None;
+        let mut refused = None;
+        let admit = |change| match ledger.reserve(&self.bounds, change) {
+            Ok(reservation) => {
+                reserved = Some(reservation);
+                true
+            }
+            Err(why) => {
+                refused = Some(why);
                 false
             }
         };
         match self.engine.put_hint(&self.nodes[node], key, record, admit) {
-            Ok(HintPut::Stored(change)) => {
-                ledger.stored(change);
+            Ok(HintPut::Stored(_)) => {
+                if let Some(reservation) = reserved {
+                    reservation.settle();
+                }
                 self.metrics.hints_stored.inc();
             }
             Ok(HintPut::NotNewer) => {
@@ -326,12 +336,14 @@ impl Hints {
                 self.metrics.hints_stored.inc();
             }
             Ok(HintPut::Refused(change)) => {
-                drop(ledger);
                 self.metrics.hints_dropped.inc();
                 if let Some(unlogged) = due(&self.warnings[node].dropped) {
+                    let (bound, totals) = refused.map_or(("", HintTotals::default()), |r| {
+                        (r.bound.as_str(), r.totals)
+                    });
                     tracing::warn!(
                         node = %self.nodes[node],
-                        bound = exceeded.map_or("", Exceeded::as_str),
+                        bound,
                         hint_bytes = change.bytes,
                         pending_keys = totals.keys,
                         pending_bytes = totals.bytes,
@@ -342,6 +354,7 @@ impl Hints {
                     );
                 }
             }
+            // The reservation, dropped unsettled, gives its room back.
             Err(e) => tracing::error!(error = %e, "kv: storing a hint failed"),
         }
     }
@@ -491,10 +504,12 @@ impl Hints {
         let ledger = self.ledgers[node].clone();
         let lost_key = (node, key.clone());
         let removed = tokio::task::spawn_blocking(move || {
-            let mut ledger = ledger.lock();
+            // Subtracted once removed: until then the totals still count
+            // it (never less than the disk holds).
+            let change = ledger.change();
             let removed = engine.remove_hint(&url, &key, &record)?;
             if let Some(bytes) = removed {
-                ledger.removed(bytes);
+                change.removed(bytes);
             }
             Ok::<_, KvError>(removed.is_some())
         })
@@ -518,10 +533,10 @@ impl Hints {
         let forgotten = tokio::task::spawn_blocking(move || {
             let mut forgotten = Vec::new();
             for key in keys {
-                let mut ledger = ledger.lock();
+                let change = ledger.change();
                 match engine.remove_unreadable_hint(&url, &key) {
                     Ok(Some(bytes)) => {
-                        ledger.removed(bytes);
+                        change.removed(bytes);
                         forgotten.push(key);
                     }
                     Ok(None) => {} // replaced by a newer hint meanwhile
@@ -556,15 +571,18 @@ impl Hints {
     }
 
     /// Counts `node`'s hints on disk again and takes that as its totals
-    /// (blocking the node's hint writes meanwhile).
+    /// (waiting for the node's hint changes in flight, and holding back
+    /// new ones meanwhile).
     async fn count_on_disk(&self, node: usize) -> Result<HintTotals, String> {
         let engine = self.engine.clone();
         let url = self.nodes[node].clone();
         let ledger = self.ledgers[node].clone();
         let counted = tokio::task::spawn_blocking(move || {
-            let mut ledger = ledger.lock();
+            // Exclusive: a change in flight would be counted or not
+            // depending on when the scan passed it.
+            let recount = ledger.recount();
             let on_disk = engine.hint_totals(&url)?;
-            ledger.recounted(on_disk);
+            recount.recounted(on_disk);
             Ok::<_, KvError>(on_disk)
         })
         .await;
@@ -939,6 +957,162 @@ mod tests {
         Record::value(stamp, Bytes::from(vec![b'v'; len]))
     }
 
+    /// A key of `prefix` followed by a number whose hint for `peer` shares
+    /// a lock with none of `others`'.
+    fn key_apart(hints: &Hints, peer: &str, prefix: &str, others: &[&[u8]]) -> Vec<u8> {
+        (0..)
+            .map(|i| format!("{prefix}{i}").into_bytes())
+            .find(|k| {
+                others
+                    .iter()
+                    .all(|o| !hints.engine.hints_share_a_lock(peer, k, o))
+            })
+            .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hint_held_up_in_storage_holds_up_none_of_its_nodes_other_hints() {
+        let dir = tempfile::tempdir().unwrap();
+        let peer = "http://127.0.0.1:2";
+        let (hints, metrics) = hints_in(dir.path(), peer, DEFAULT_BOUNDS);
+        hints.keep(1, b"kept", &value(1, 10));
+        let stuck = key_apart(&hints, peer, "stuck", &[b"kept"]);
+        let free = key_apart(&hints, peer, "free", &[b"kept", &stuck]);
+        let free_len = free.len();
+
+        // One hint's write held up, as by a storage write stall: its key's
+        // lock held on a thread of its own until `release` is dropped.
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let (held_tx, held) = std::sync::mpsc::channel();
+        let staller = {
+            let (hints, stuck) = (hints.clone(), stuck.clone());
+            std::thread::spawn(move || {
+                let _held = hints.engine.hold_hint(peer, &stuck);
+                held_tx.send(()).unwrap();
+                let _ = released.recv();
+            })
+        };
+        held.recv().unwrap();
+        let writer = {
+            let (hints, stuck) = (hints.clone(), stuck.clone());
+            std::thread::spawn(move || hints.keep(1, &stuck, &value(2, 10)))
+        };
+        // Time for the writer to reach the held hint (had it not, this
+        // test would prove less, never fail wrongly).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+
+        // The node's other hints are kept and delivered meanwhile. (With
+        // the node's ledger locked across the write, these waited for it.)
+        let others = async {
+            let h = hints.clone();
+            tokio::task::spawn_blocking(move || h.keep(1, &free, &value(3, 10)))
+                .await
+                .unwrap();
+            hints
+                .remove(1, Bytes::from_static(b"kept"), value(1, 10))
+                .await
+        };
+        let removed = tokio::time::timeout(Duration::from_secs(10), others)
+            .await
+            .expect("the node's other hints waited for the one held up");
+        assert!(removed);
+        assert!(
+            !writer.is_finished(),
+            "the held-up write is still in flight"
+        );
+        assert_eq!(metrics.hints_pending.get(), 1);
+        let free_bytes = hint_bytes(free_len, value(3, 10).encoded_len());
+        assert_eq!(metrics.hints_pending_bytes.get(), free_bytes as i64);
+
+        // A count of the disk waits for the write in flight, and counts it.
+        let count = {
+            let hints = hints.clone();
+            tokio::spawn(async move { hints.count_on_disk(1).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!count.is_finished(), "the count waits for the write");
+        drop(release);
+        staller.join().unwrap();
+        writer.join().unwrap();
+        let counted = count.await.unwrap().unwrap();
+        let on_disk = hints.engine.hint_totals(peer).unwrap();
+        assert_eq!((counted, on_disk.keys), (on_disk, 2));
+        assert_eq!(hints.ledgers[1].totals(), on_disk);
+        assert_eq!(metrics.hints_pending.get(), 2);
+        assert_eq!(metrics.hints_pending_bytes.get(), on_disk.bytes as i64);
+    }
+
+    #[test]
+    fn concurrent_hints_for_one_node_never_take_it_past_its_bounds() {
+        let dir = tempfile::tempdir().unwrap();
+        let peer = "http://127.0.0.1:2";
+        // Tight enough that many hints are dropped at each bound.
+        let bounds = HintBounds {
+            keys: 12,
+            bytes: 12 * size("k00", 150),
+        };
+        let (hints, metrics) = hints_in(dir.path(), peer, bounds);
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // Reads the disk as it is at one instant, again and again, while
+        // the writers race: no instant may hold more than the bounds.
+        let watcher = {
+            let (hints, done) = (hints.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut looks = 0;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) || looks == 0 {
+                    let on_disk = hints.engine.hint_totals_at_one_instant(peer).unwrap();
+                    assert!(on_disk.keys <= bounds.keys, "{on_disk:?}");
+                    assert!(on_disk.bytes <= bounds.bytes, "{on_disk:?}");
+                    looks += 1;
+                }
+            })
+        };
+        // Writers sharing 30 keys: new keys, and newer hints for the same
+        // keys growing and shrinking them, on different threads at once.
+        let writers: Vec<_> = (0..8u64)
+            .map(|t| {
+                let hints = hints.clone();
+                std::thread::spawn(move || {
+                    for i in 0..500u64 {
+                        let key = format!("k{:02}", (t * 7 + i * 3) % 30);
+                        let len = ((t * 131 + i * 37) % 300) as usize;
+                        hints.keep(1, key.as_bytes(), &value(i * 8 + t + 1, len));
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        watcher.join().unwrap();
+
+        assert!(metrics.hints_dropped.get() > 0, "the bounds were reached");
+        let on_disk = hints.engine.hint_totals(peer).unwrap();
+        assert_eq!(
+            hints.ledgers[1].totals(),
+            on_disk,
+            "the totals are the disk's"
+        );
+        assert_eq!(metrics.hints_pending.get(), on_disk.keys as i64);
+        assert_eq!(metrics.hints_pending_bytes.get(), on_disk.bytes as i64);
+        // Nothing left reserved: the bounds admit exactly what the disk
+        // leaves room for.
+        let room = bounds.bytes - on_disk.bytes;
+        let change = ledger_change(on_disk.keys < bounds.keys, room);
+        let guard = hints.ledgers[1].change();
+        assert!(guard.reserve(&bounds, change).is_ok());
+    }
+
+    /// A change of `bytes`, of a new key when `new`, else of a key whose
+    /// hint is empty.
+    fn ledger_change(new: bool, bytes: u64) -> crate::engine::HintChange {
+        crate::engine::HintChange {
+            bytes,
+            replaced: (!new).then_some(0),
+        }
+    }
+
     #[tokio::test]
     async fn a_newer_hint_for_the_same_key_replaces_its_bytes_and_takes_no_new_key() {
         let dir = tempfile::tempdir().unwrap();
@@ -947,7 +1121,7 @@ mod tests {
             bytes: size("k", 100),
         };
         let (hints, metrics) = hints_in(dir.path(), "http://127.0.0.1:2", bounds);
-        let totals = || hints.ledgers[1].lock().totals();
+        let totals = || hints.ledgers[1].totals();
 
         hints.keep(1, b"k", &value(10, 100));
         assert_eq!((totals().keys, totals().bytes), (1, size("k", 100)));
@@ -1033,7 +1207,7 @@ mod tests {
         hints.engine.put_raw_hint(&peer, b"a0", &damaged).unwrap();
         assert_eq!(
             hints.engine.hint_totals(&peer).unwrap(),
-            hints.ledgers[1].lock().totals()
+            hints.ledgers[1].totals()
         );
 
         hints.replay(1, &client(), TIMEOUT).await;

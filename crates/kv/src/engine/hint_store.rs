@@ -80,9 +80,12 @@ pub fn hint_bytes(key_len: usize, stored_len: usize) -> u64 {
 impl Engine {
     /// Keeps `record` for `node` to deliver later, unless a hint at least
     /// as new is kept for the same key already. Before writing, asks
-    /// `admit` whether the change may be made (under the key's lock, so
-    /// the change it sees is the one made). A hint kept for the key that
-    /// cannot be decoded is replaced: it could never be delivered.
+    /// `admit` whether the change may be made, under the key's lock: the
+    /// change it sees is the one the write makes (no other hint of the key
+    /// is read or written between), so it may reserve room for it, to be
+    /// settled once this returns [`HintPut::Stored`] and given back
+    /// otherwise. A hint kept for the key that cannot be decoded is
+    /// replaced: it could never be delivered.
     pub fn put_hint(
         &self,
         node: &str,
@@ -155,6 +158,38 @@ impl Engine {
     pub(crate) fn put_raw_hint(&self, node: &str, key: &[u8], bytes: &[u8]) -> Result<(), KvError> {
         self.hints.insert(hint_key(node, key), bytes)?;
         Ok(())
+    }
+
+    /// Holds the lock of the hint of `key` for `node`, as a write of it
+    /// held up in storage would: for tests, to stall a hint mid-write.
+    #[cfg(test)]
+    pub(crate) fn hold_hint(&self, node: &str, key: &[u8]) -> parking_lot::MutexGuard<'_, ()> {
+        self.stripe(&hint_key(node, key)).lock()
+    }
+
+    /// Whether the hints of `a` and `b` for `node` share a lock (one
+    /// would wait for the other): for tests that need them apart.
+    #[cfg(test)]
+    pub(crate) fn hints_share_a_lock(&self, node: &str, a: &[u8], b: &[u8]) -> bool {
+        std::ptr::eq(
+            self.stripe(&hint_key(node, a)),
+            self.stripe(&hint_key(node, b)),
+        )
+    }
+
+    /// [`Engine::hint_totals`] as the disk was at one instant (a snapshot),
+    /// even while hints are written: for tests that watch the bounds.
+    #[cfg(test)]
+    pub(crate) fn hint_totals_at_one_instant(&self, node: &str) -> Result<HintTotals, KvError> {
+        use fjall::Readable;
+        let prefix = hint_key(node, b"");
+        let mut totals = HintTotals::default();
+        for guard in self.db.snapshot().prefix(&self.hints, &prefix) {
+            let (k, v) = guard.into_inner()?;
+            totals.keys += 1;
+            totals.bytes += hint_bytes(k.len() - prefix.len(), v.len());
+        }
+        Ok(totals)
     }
 
     /// The keys and bytes of the hints kept for `node` (a scan that reads
