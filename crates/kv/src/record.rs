@@ -160,6 +160,70 @@ impl Record {
 
     /// Reads a record (version 2 or 1); `bytes` is sliced, not copied.
     pub fn decode(bytes: Bytes) -> Result<Self, RecordError> {
+        let view = RecordView::parse(&bytes)?;
+        let header = bytes.len() - view.value.len();
+        Ok(Record {
+            timestamp: view.timestamp,
+            tombstone: view.tombstone,
+            replicas: view.replicas,
+            expires_at: view.expires_at,
+            value: bytes.slice(header..),
+        })
+    }
+
+    /// The record, borrowed.
+    fn view(&self) -> RecordView<'_> {
+        RecordView {
+            timestamp: self.timestamp,
+            tombstone: self.tombstone,
+            replicas: self.replicas,
+            expires_at: self.expires_at,
+            value: &self.value,
+        }
+    }
+
+    /// Last-write-wins order: `Greater` means `self` wins over `other`.
+    pub fn lww_cmp(&self, other: &Record) -> Ordering {
+        self.view().lww_cmp(&other.view())
+    }
+
+    /// True when `self` should replace `other`.
+    pub fn supersedes(&self, other: &Record) -> bool {
+        self.lww_cmp(other) == Ordering::Greater
+    }
+
+    /// True when `self` should replace the record `stored` reads as.
+    pub fn supersedes_view(&self, stored: &RecordView<'_>) -> bool {
+        self.view().lww_cmp(stored) == Ordering::Greater
+    }
+
+    /// Whether `stored` reads as this very record.
+    pub fn is_view(&self, stored: &RecordView<'_>) -> bool {
+        self.view() == *stored
+    }
+}
+
+/// A record read in place from its bytes, its value borrowed: for a
+/// comparison with stored bytes that needs no copy of them (a value may
+/// be as large as `[http] max_body_bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordView<'a> {
+    /// [`Record::timestamp`].
+    pub timestamp: u64,
+    /// [`Record::tombstone`].
+    pub tombstone: bool,
+    /// [`Record::replicas`].
+    pub replicas: u8,
+    /// [`Record::expires_at`].
+    pub expires_at: u64,
+    /// [`Record::value`], borrowed from the bytes read.
+    pub value: &'a [u8],
+}
+
+impl<'a> RecordView<'a> {
+    /// Reads a record (version 2 or 1) from `bytes`, as
+    /// [`Record::decode`] does.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, RecordError> {
         let be64 = |b: &[u8]| {
             let mut a = [0u8; 8];
             a.copy_from_slice(&b[..8]);
@@ -188,12 +252,12 @@ impl Record {
                     // 0 means "never": written without the flag.
                     return Err(RecordError::Flags(flags));
                 }
-                Ok(Record {
+                Ok(RecordView {
                     timestamp: be64(&bytes[3..11]),
                     tombstone,
                     replicas: bytes[2],
                     expires_at,
-                    value: bytes.slice(header..),
+                    value: &bytes[header..],
                 })
             }
             Some(&RECORD_VERSION_1) => {
@@ -205,31 +269,26 @@ impl Record {
                 if flags & !TOMBSTONE_FLAG != 0 || (tombstone && bytes.len() > HEADER_BYTES_V1) {
                     return Err(RecordError::Flags(flags));
                 }
-                Ok(Record {
+                Ok(RecordView {
                     timestamp: be64(&bytes[2..10]),
                     tombstone,
                     replicas: 0,
                     expires_at: 0,
-                    value: bytes.slice(HEADER_BYTES_V1..),
+                    value: &bytes[HEADER_BYTES_V1..],
                 })
             }
             Some(&v) => Err(RecordError::Version(v)),
         }
     }
 
-    /// Last-write-wins order: `Greater` means `self` wins over `other`.
-    pub fn lww_cmp(&self, other: &Record) -> Ordering {
+    /// Last-write-wins order ([`Record::lww_cmp`]).
+    pub fn lww_cmp(&self, other: &RecordView<'_>) -> Ordering {
         self.timestamp
             .cmp(&other.timestamp)
             .then(self.tombstone.cmp(&other.tombstone))
-            .then_with(|| self.value.cmp(&other.value))
+            .then_with(|| self.value.cmp(other.value))
             .then(self.expires_at.cmp(&other.expires_at))
             .then(self.replicas.cmp(&other.replicas))
-    }
-
-    /// True when `self` should replace `other`.
-    pub fn supersedes(&self, other: &Record) -> bool {
-        self.lww_cmp(other) == Ordering::Greater
     }
 }
 
@@ -278,6 +337,12 @@ mod tests {
         #[test]
         fn arbitrary_bytes_never_panic_and_valid_ones_round_trip(b in proptest::collection::vec(any::<u8>(), 0..64)) {
             let b = Bytes::from(b);
+            // A view refuses what decoding refuses, and reads what it reads.
+            match (RecordView::parse(&b), Record::decode(b.clone())) {
+                (Ok(view), Ok(r)) => prop_assert!(r.is_view(&view)),
+                (Err(e), Err(f)) => prop_assert_eq!(e, f),
+                (view, r) => prop_assert!(false, "{view:?} vs {r:?}"),
+            }
             if let Ok(r) = Record::decode(b.clone()) {
                 // Version 2 bytes come back as they were; version 1 bytes
                 // come back as the same record in version 2.
@@ -287,6 +352,21 @@ mod tests {
                     prop_assert_eq!(Record::decode(r.encode()).unwrap(), r);
                 }
             }
+        }
+
+        #[test]
+        fn a_view_of_the_bytes_reads_and_orders_as_the_record(
+            a in any_record(),
+            b in any_record(),
+            same_stamp in any::<bool>(),
+        ) {
+            // Equal stamps too, where the order looks at the values.
+            let b = Record { timestamp: if same_stamp { a.timestamp } else { b.timestamp }, ..b };
+            let stored = b.encode();
+            let view = RecordView::parse(&stored).unwrap();
+            prop_assert_eq!(a.supersedes_view(&view), a.supersedes(&b));
+            prop_assert_eq!(a.is_view(&view), a == b);
+            prop_assert!(b.is_view(&view));
         }
 
         #[test]
