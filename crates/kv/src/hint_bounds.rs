@@ -86,7 +86,21 @@ impl HintBounds {
 /// ([`Reservation::settle`]), or gives it back when the write fails; a
 /// removal is subtracted once made. The lock on the totals is held only
 /// for that arithmetic, so a write held up in storage (a write stall)
-/// holds up none of the node's other hints, nor their delivery.
+/// does not hold it: the node's deliveries and removals, and the writes
+/// of its other keys, do not wait for the totals meanwhile. (Through
+/// [`crate::hints::Hints::keep_soon`] a node's hints are still written one
+/// at a time, so its later hints wait for that write's turn all the same:
+/// [`crate::hint_gate`].)
+///
+/// A write is settled while its key's lock is still held
+/// ([`crate::engine::Engine::put_hint`]'s `written`), so that a later
+/// change of the key, which sees the hint on disk, finds it added to the
+/// totals: settled after the lock is released, a removal or replacement
+/// of it could subtract its bytes from `settled` before they were added —
+/// saturating at zero — and the late settle would then add them for good.
+/// A removal is subtracted after the key's lock is released; a write of
+/// the key meanwhile is then added before the removal is subtracted, which
+/// saturates nothing.
 ///
 /// Two totals, because a change in flight may or may not be on disk yet:
 /// `counted` holds every reservation not yet settled as the larger of the
@@ -116,6 +130,9 @@ pub struct HintLedger {
     keys_gauge: Gauge,
     /// Every node's hint bytes, together (`/metrics`).
     bytes_gauge: Gauge,
+    /// [`HintLedger::pause_next_settle`].
+    #[cfg(test)]
+    settle_pause: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 /// A node's totals: see [`HintLedger`].
@@ -152,6 +169,8 @@ impl HintLedger {
             keys: AtomicUsize::new(on_disk.keys),
             keys_gauge,
             bytes_gauge,
+            #[cfg(test)]
+            settle_pause: Mutex::new(None),
         }
     }
 
@@ -163,6 +182,29 @@ impl HintLedger {
     /// The totals of the hints known written.
     pub fn totals(&self) -> HintTotals {
         self.totals.lock().settled
+    }
+
+    /// Whether a change or a recount of the node's hints holds
+    /// [`HintLedger::change`] (for tests: to wait until one is in flight).
+    #[cfg(test)]
+    pub(crate) fn change_in_flight(&self) -> bool {
+        self.changes.is_locked()
+    }
+
+    /// Whether a recount has claimed [`HintLedger::recount`]: it holds it,
+    /// or waits for the changes in flight (for tests: a recount sets its
+    /// claim, then waits for the shared holders to leave).
+    #[cfg(test)]
+    pub(crate) fn recount_claimed(&self) -> bool {
+        self.changes.is_locked_exclusive()
+    }
+
+    /// Runs `pause` at the start of the next [`Reservation::settle`] of
+    /// this node, before it touches the totals (for tests: to hold a
+    /// written hint unsettled).
+    #[cfg(test)]
+    pub(crate) fn pause_next_settle(&self, pause: impl FnOnce() + Send + 'static) {
+        *self.settle_pause.lock() = Some(Box::new(pause));
     }
 
     /// Leave to change the node's hints on disk: hold it from before the
@@ -248,8 +290,9 @@ impl ChangeGuard<'_> {
 }
 
 /// What [`ChangeGuard::reserve`] set aside for one change: settle it once
-/// the change is written; dropped unsettled (the write failed), it gives
-/// back what it reserved.
+/// the change is written, before the key's lock is released (see
+/// [`HintLedger`]); dropped unsettled (the write failed), it gives back
+/// what it reserved.
 #[must_use = "dropped unsettled, a reservation is given back"]
 pub struct Reservation<'a> {
     ledger: &'a HintLedger,
@@ -261,6 +304,14 @@ impl Reservation<'_> {
     /// The change was written: the node's totals become what it made them,
     /// giving back what it shrank them by.
     pub fn settle(mut self) {
+        #[cfg(test)]
+        {
+            // Taken before it runs: the lock is not held while it pauses.
+            let pause = self.ledger.settle_pause.lock().take();
+            if let Some(pause) = pause {
+                pause();
+            }
+        }
         self.settled = true;
         let change = self.change;
         let mut totals = self.ledger.totals.lock();
@@ -492,10 +543,21 @@ mod tests {
             let ledger = ledger.clone();
             std::thread::spawn(move || ledger.recount().recounted(totals(1, 10)))
         };
-        // Had it not waited, it would be done by now (and the settle
-        // below would count the hint a second time).
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        // A recount claims its lock, then waits for the changes in flight.
+        // Had it not waited, it would finish (and the settle below would
+        // count the hint a second time); had it taken no lock, it would
+        // finish without claiming one.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !ledger.recount_claimed() && !recount.is_finished() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no recount after 10 s"
+            );
+            std::thread::yield_now();
+        }
         assert!(!recount.is_finished());
+        // Claimed while this change holds its share: it is waiting.
+        assert!(ledger.recount_claimed());
         reserved.settle();
         drop(guard);
         recount.join().unwrap();

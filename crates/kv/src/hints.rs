@@ -74,7 +74,7 @@ use crate::batch::{self, BatchOp, BatchReply};
 use crate::client::{ReplicaClient, BATCH_PATH};
 use crate::engine::{hint_bytes, Engine, HintPut, HintTotals};
 use crate::error::KvError;
-use crate::hint_bounds::{Exceeded, HintBounds, HintLedger};
+use crate::hint_bounds::{Exceeded, HintBounds, HintLedger, Reservation};
 use crate::hint_gate::KeepGate;
 use crate::log_every::LogEvery;
 use crate::metrics::KvMetrics;
@@ -308,26 +308,25 @@ impl Hints {
         // No lock on the node's totals across the disk: the change reserves
         // its room under the key's lock, between reading the hint it
         // replaces and writing (so a hint checked meanwhile, for this key
-        // or another, counts this one), and settles after. Held shared, so
-        // that a recount of the node waits for this change.
+        // or another, counts this one), and settles after the write, still
+        // under the key's lock (so a change of the key after it, which sees
+        // this hint on disk, finds it settled: settled later, a removal or
+        // replacement of it would take its bytes from totals that did not
+        // hold them yet). Held shared, so that a recount of the node waits
+        // for this change.
         let ledger = self.ledgers[node].change();
-        let mut reserved = None;
         let mut refused = None;
-        let admit = |change| match ledger.reserve(&self.bounds, change) {
-            Ok(reservation) => {
-                reserved = Some(reservation);
-                true
-            }
-            Err(why) => {
-                refused = Some(why);
-                false
-            }
+        let admit = |change| {
+            ledger
+                .reserve(&self.bounds, change)
+                .map_err(|why| refused = Some(why))
+                .ok()
         };
-        match self.engine.put_hint(&self.nodes[node], key, record, admit) {
+        let put = self
+            .engine
+            .put_hint(&self.nodes[node], key, record, admit, Reservation::settle);
+        match put {
             Ok(HintPut::Stored(_)) => {
-                if let Some(reservation) = reserved {
-                    reservation.settle();
-                }
                 self.metrics.hints_stored.inc();
             }
             Ok(HintPut::NotNewer) => {
@@ -354,7 +353,8 @@ impl Hints {
                     );
                 }
             }
-            // The reservation, dropped unsettled, gives its room back.
+            // The reservation, dropped unsettled by put_hint, gave its room
+            // back.
             Err(e) => tracing::error!(error = %e, "kv: storing a hint failed"),
         }
     }
@@ -970,8 +970,19 @@ mod tests {
             .unwrap()
     }
 
+    /// Waits until `done` holds, for at most 10 s (a deadline only a
+    /// broken test reaches: it then fails, naming `what`).
+    async fn wait_until(what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < deadline, "still not {what} after 10 s");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_hint_held_up_in_storage_holds_up_none_of_its_nodes_other_hints() {
+    async fn a_hint_write_held_up_leaves_the_ledger_to_other_keys_and_deliveries_and_a_count_waits()
+    {
         let dir = tempfile::tempdir().unwrap();
         let peer = "http://127.0.0.1:2";
         let (hints, metrics) = hints_in(dir.path(), peer, DEFAULT_BOUNDS);
@@ -997,12 +1008,17 @@ mod tests {
             let (hints, stuck) = (hints.clone(), stuck.clone());
             std::thread::spawn(move || hints.keep(1, &stuck, &value(2, 10)))
         };
-        // Time for the writer to reach the held hint (had it not, this
-        // test would prove less, never fail wrongly).
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The writer has its leave to change the node's hints (and holds it
+        // until its write is done): it is in flight, on its way to the held
+        // key's lock or waiting there.
+        wait_until("in flight", || hints.ledgers[1].change_in_flight()).await;
 
-        // The node's other hints are kept and delivered meanwhile. (With
-        // the node's ledger locked across the write, these waited for it.)
+        // Another key's hint is written and another hint delivered
+        // meanwhile: neither waits for the node's ledger (when it was
+        // locked across the disk, they waited for the held-up write).
+        // `keep` is called here, not `keep_soon`: through `keep_soon` the
+        // other key's hint would still wait for the held-up write's turn
+        // (the node's hints are written one at a time, `crate::hint_gate`).
         let others = async {
             let h = hints.clone();
             tokio::task::spawn_blocking(move || h.keep(1, &free, &value(3, 10)))
@@ -1014,7 +1030,7 @@ mod tests {
         };
         let removed = tokio::time::timeout(Duration::from_secs(10), others)
             .await
-            .expect("the node's other hints waited for the one held up");
+            .expect("another key's hint or a delivery waited for the write held up");
         assert!(removed);
         assert!(
             !writer.is_finished(),
@@ -1029,8 +1045,15 @@ mod tests {
             let hints = hints.clone();
             tokio::spawn(async move { hints.count_on_disk(1).await })
         };
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let ledger = &hints.ledgers[1];
+        wait_until("claimed by the count", || {
+            ledger.recount_claimed() || count.is_finished()
+        })
+        .await;
         assert!(!count.is_finished(), "the count waits for the write");
+        // Claimed while the writer holds its share: the count is waiting
+        // for it (it cannot hold the claim yet).
+        assert!(ledger.recount_claimed() && !writer.is_finished());
         drop(release);
         staller.join().unwrap();
         writer.join().unwrap();
@@ -1039,6 +1062,124 @@ mod tests {
         assert_eq!((counted, on_disk.keys), (on_disk, 2));
         assert_eq!(hints.ledgers[1].totals(), on_disk);
         assert_eq!(metrics.hints_pending.get(), 2);
+        assert_eq!(metrics.hints_pending_bytes.get(), on_disk.bytes as i64);
+    }
+
+    /// Keeps `record` for `key` of node 1 on a thread of its own, and
+    /// returns once it is written but not yet settled, with the thread and
+    /// a sender that lets it settle (by being dropped, or sent to).
+    fn keep_held_before_settling(
+        hints: &Arc<Hints>,
+        key: &'static [u8],
+        record: Record,
+    ) -> (std::thread::JoinHandle<()>, std::sync::mpsc::Sender<()>) {
+        let (paused_tx, paused) = std::sync::mpsc::channel();
+        let (go, go_rx) = std::sync::mpsc::channel::<()>();
+        hints.ledgers[1].pause_next_settle(move || {
+            paused_tx.send(()).unwrap();
+            let _ = go_rx.recv();
+        });
+        let keeper = {
+            let hints = hints.clone();
+            std::thread::spawn(move || hints.keep(1, key, &record))
+        };
+        paused.recv().unwrap();
+        (keeper, go)
+    }
+
+    /// Gives another change of the key of a hint held before settling up
+    /// to 1 s to finish (`finished` says whether it has). Where the hint
+    /// is settled under its key's lock, the change waits for that lock and
+    /// never finishes here (the time runs out, which is right: the wait
+    /// can make the test pass wrongly only on a machine too slow to finish
+    /// it in 1 s, never fail wrongly); where the hint is settled after,
+    /// the change comes between its write and its settle, as the test
+    /// means it to.
+    async fn let_it_come_between(finished: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while !finished() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hint_is_settled_before_a_newer_hint_for_its_key_replaces_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let peer = "http://127.0.0.1:2";
+        let (hints, metrics) = hints_in(dir.path(), peer, DEFAULT_BOUNDS);
+        // A new key's hint of 1,000 bytes, written, not yet settled; then
+        // a newer, smaller one for the same key. Settled after the key's
+        // lock, the large one was replaced first: the replacement took its
+        // bytes from totals that did not hold them yet (saturating at 0),
+        // and the late settle added them for good — totals of 1 key and
+        // both hints' bytes, for a disk holding the small one.
+        let (keeper, go) = keep_held_before_settling(&hints, b"k", value(1, 1000));
+        let replacer = {
+            let hints = hints.clone();
+            std::thread::spawn(move || hints.keep(1, b"k", &value(2, 10)))
+        };
+        let_it_come_between(|| replacer.is_finished()).await;
+        drop(go);
+        keeper.join().unwrap();
+        replacer.join().unwrap();
+
+        let on_disk = hints.engine.hint_totals(peer).unwrap();
+        assert_eq!(
+            on_disk,
+            HintTotals {
+                keys: 1,
+                bytes: size("k", 10)
+            }
+        );
+        assert_eq!(
+            hints.ledgers[1].totals(),
+            on_disk,
+            "the totals are the disk's"
+        );
+        assert_eq!(metrics.hints_pending.get(), 1);
+        assert_eq!(metrics.hints_pending_bytes.get(), on_disk.bytes as i64);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hint_is_settled_before_its_delivery_removes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let peer = "http://127.0.0.1:2";
+        let (hints, metrics) = hints_in(dir.path(), peer, DEFAULT_BOUNDS);
+        hints.keep(1, b"other", &value(1, 50));
+        // A new key's hint of 1,000 bytes, written, not yet settled; then
+        // delivered and removed. Settled after the key's lock, the removal
+        // came first: it took 1,000 bytes from totals of 1 key and 50
+        // bytes (saturating at 0 keys and 0 bytes), and the late settle
+        // added the removed hint — totals of 1 key and 1,000 bytes, for a
+        // disk holding the other key's 50.
+        let (keeper, go) = keep_held_before_settling(&hints, b"k", value(2, 1000));
+        let remover = {
+            let hints = hints.clone();
+            tokio::spawn(async move {
+                hints
+                    .remove(1, Bytes::from_static(b"k"), value(2, 1000))
+                    .await
+            })
+        };
+        let_it_come_between(|| remover.is_finished()).await;
+        drop(go);
+        keeper.join().unwrap();
+        assert!(remover.await.unwrap(), "delivered, removed");
+
+        let on_disk = hints.engine.hint_totals(peer).unwrap();
+        assert_eq!(
+            on_disk,
+            HintTotals {
+                keys: 1,
+                bytes: size("other", 50)
+            }
+        );
+        assert_eq!(
+            hints.ledgers[1].totals(),
+            on_disk,
+            "the totals are the disk's"
+        );
+        assert_eq!(metrics.hints_pending.get(), 1);
         assert_eq!(metrics.hints_pending_bytes.get(), on_disk.bytes as i64);
     }
 
@@ -1229,9 +1370,10 @@ mod tests {
         // What a failed count at start-up leaves: hints on disk the totals
         // miss (written here past the ledger), and a count due.
         for (i, k) in KEYS.iter().enumerate() {
-            let put = hints
-                .engine
-                .put_hint(&peer, k.as_bytes(), &value(i as u64 + 1, 10), |_| true);
+            let put =
+                hints
+                    .engine
+                    .put_hint(&peer, k.as_bytes(), &value(i as u64 + 1, 10), Some, drop);
             assert!(matches!(put, Ok(HintPut::Stored(_))));
         }
         *hints.count_due[1].lock() = Some(Instant::now());

@@ -79,19 +79,25 @@ pub fn hint_bytes(key_len: usize, stored_len: usize) -> u64 {
 
 impl Engine {
     /// Keeps `record` for `node` to deliver later, unless a hint at least
-    /// as new is kept for the same key already. Before writing, asks
-    /// `admit` whether the change may be made, under the key's lock: the
-    /// change it sees is the one the write makes (no other hint of the key
-    /// is read or written between), so it may reserve room for it, to be
-    /// settled once this returns [`HintPut::Stored`] and given back
-    /// otherwise. A hint kept for the key that cannot be decoded is
-    /// replaced: it could never be delivered.
-    pub fn put_hint(
+    /// as new is kept for the same key already. A hint kept for the key
+    /// that cannot be decoded is replaced: it could never be delivered.
+    ///
+    /// Both callbacks run under the key's lock, so no other change of the
+    /// key's hint (a replacement, a removal) comes between them and the
+    /// write. Before writing, `admit` is asked whether the change it sees
+    /// (the one the write makes) may be made: `Some` of what it reserved
+    /// for it, or `None` to refuse it. Once written, `written` is given
+    /// that reservation to settle — before the lock is released, so that
+    /// a later change of the key, which sees this hint on disk, also finds
+    /// it accounted for. When the write fails, the reservation is dropped
+    /// unsettled (still under the lock).
+    pub fn put_hint<R>(
         &self,
         node: &str,
         key: &[u8],
         record: &Record,
-        admit: impl FnOnce(HintChange) -> bool,
+        admit: impl FnOnce(HintChange) -> Option<R>,
+        written: impl FnOnce(R),
     ) -> Result<HintPut, KvError> {
         let hint_key = hint_key(node, key);
         let _guard = self.stripe(&hint_key).lock();
@@ -110,10 +116,11 @@ impl Engine {
             bytes: hint_bytes(key.len(), record.encoded_len()),
             replaced: current.map(|v| hint_bytes(key.len(), v.len())),
         };
-        if !admit(change) {
+        let Some(reservation) = admit(change) else {
             return Ok(HintPut::Refused(change));
-        }
+        };
         self.hints.insert(&hint_key, record.encode().as_ref())?;
+        written(reservation);
         Ok(HintPut::Stored(change))
     }
 
@@ -285,7 +292,7 @@ mod tests {
         let engine = Engine::open(dir.path(), SyncPolicy::None).unwrap();
         let record = Record::value(5, Bytes::from_static(b"v"));
         for key in [b"a", b"c"] {
-            let put = engine.put_hint(NODE, key, &record, |_| true).unwrap();
+            let put = engine.put_hint(NODE, key, &record, Some, drop).unwrap();
             assert!(matches!(put, HintPut::Stored(_)));
         }
         engine.put_raw_hint(NODE, b"b", b"\x09damaged").unwrap();
@@ -299,7 +306,7 @@ mod tests {
         // Any hint replaces a damaged one, whatever its stamp, and the
         // change names the damaged one's bytes as replaced.
         let older = Record::value(1, Bytes::from_static(b"new"));
-        let put = engine.put_hint(NODE, b"b", &older, |_| true).unwrap();
+        let put = engine.put_hint(NODE, b"b", &older, Some, drop).unwrap();
         assert_eq!(
             put,
             HintPut::Stored(HintChange {
