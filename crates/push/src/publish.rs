@@ -1,5 +1,5 @@
 //! `POST /v1/publish?topic=…`: the request body is published to the hub as
-//! one message (200 `{"ok":true}`, 400 for a bad topic, 503 after shutdown
+//! one message (200 `{"ok":true}`, 400 for a bad or missing topic, 503 after shutdown
 //! began, or when it began while the publish waited). With `auth = "jwt"` a token (`Authorization: Bearer …` or
 //! `?token=`) is required (401) and must allow the topic (403). The body
 //! size is bounded by `[http] max_body_bytes`.
@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -36,10 +37,19 @@ fn reason(why: &str) -> String {
 /// `POST /v1/publish`.
 pub async fn handle(
     State(ctx): State<Arc<PushContext>>,
-    Query(q): Query<PublishQuery>,
+    query: Result<Query<PublishQuery>, QueryRejection>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    // Refused in the same JSON as every other answer of this route (axum's
+    // own rejection is a line of plain text).
+    let Ok(Query(q)) = query else {
+        return (
+            StatusCode::BAD_REQUEST,
+            reason("the query needs topic=<hub topic> (and token=<JWT> with auth on and no Authorization header)"),
+        )
+            .into_response();
+    };
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())

@@ -100,8 +100,19 @@ async fn subscribe_publish_receive_and_errors() {
         next_json(&mut ws).await,
         json!({"op":"message","topic":"w.http","payload":"from http"})
     );
-    let (st, _) = s.request("POST", "/v1/publish?topic=bad..t", b"x").await;
+    let (st, body) = s.request("POST", "/v1/publish?topic=bad..t", b"x").await;
     assert_eq!(st, 400);
+    let refusal: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(refusal["ok"], false);
+    // No topic at all: the same JSON refusal, naming what is missing.
+    let (st, body) = s.request("POST", "/v1/publish", b"x").await;
+    assert_eq!(st, 400);
+    let refusal: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(refusal["ok"], false);
+    assert!(
+        refusal["reason"].as_str().unwrap().contains("topic="),
+        "{refusal}"
+    );
 
     ws.send(Message::text("not json")).await.unwrap();
     assert_eq!(next_json(&mut ws).await["op"], "error");

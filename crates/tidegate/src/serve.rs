@@ -55,6 +55,14 @@ where
     });
 }
 
+/// The answer under `/v0/` on a node without a `[kv]` section.
+async fn kv_off() -> (axum::http::StatusCode, &'static str) {
+    (
+        axum::http::StatusCode::NOT_FOUND,
+        "the key-value store is off on this node: it runs when the configuration has a [kv] section\n",
+    )
+}
+
 /// Checks and binds `config`, then serves until a shutdown signal.
 pub async fn serve(config: Config, file: Option<&Path>) -> Result<(), ServeError> {
     let prepared = preflight::prepare(config, file)?;
@@ -199,7 +207,8 @@ async fn run(p: Prepared) -> Result<(), ServeError> {
                 }
                 app.merge(tidegate_kv::api::router_with(store, limits))
             }
-            None => app,
+            // Said plainly: a bare 404 reads like a missing key.
+            None => app.route("/v0/{*rest}", axum::routing::any(kv_off)),
         };
         let app = match &push {
             Some(ctx) => app.merge(tidegate_push::router_with_context(ctx.clone())),

@@ -201,6 +201,11 @@ fn health_is_live_and_ready_names_what_is_not_ready() {
     wait_for_http(http, &served);
     let live = get(http, "/healthz").unwrap();
     assert!(live.starts_with("HTTP/1.1 200"), "{live}");
+    // No [kv] section: the KV API answers 404 saying so, not a bare 404
+    // that reads like a missing key.
+    let kv = get(http, "/v0/entity?id=k").unwrap();
+    assert!(kv.starts_with("HTTP/1.1 404"), "{kv}");
+    assert!(kv.contains("[kv] section"), "{kv}");
     let deadline = Instant::now() + Duration::from_secs(30);
     let ready = loop {
         let r = get(http, "/readyz").unwrap();
