@@ -419,6 +419,43 @@ mod tests {
         assert!(!parse_pong(&refusal).unwrap().accepted);
     }
 
+    proptest::proptest! {
+        /// Any credentials and host names: the client's PING for the
+        /// server's HELO is accepted, and the server's PONG by the client;
+        /// a refusal reads back its reason.
+        #[test]
+        fn handshakes_and_refusals_round_trip(
+            key in "\\PC{0,32}",
+            user in "\\PC{0,16}",
+            password in "\\PC{0,16}",
+            with_users in proptest::bool::ANY,
+            server_host in "[a-z0-9.-]{1,40}",
+            reason in "\\PC{0,80}",
+        ) {
+            let users = if with_users {
+                vec![UserConfig { username: user.clone(), password: password.clone() }]
+            } else {
+                Vec::new()
+            };
+            let server = ServerHandshake::new(key.clone(), server_host.clone(), users);
+            let (helo, helo_bytes) = server.helo();
+            let info = parse_helo(&helo_bytes).unwrap();
+            proptest::prop_assert_eq!(&info.nonce, &helo.nonce);
+            proptest::prop_assert_eq!(&info.auth_salt, &helo.auth_salt);
+            let client = ClientHandshake::new(format!("{server_host}-client"), key, user, password);
+            let pong = server.answer_ping(&helo, &client.ping(&info)).unwrap();
+            let p = parse_pong(&pong).unwrap();
+            proptest::prop_assert!(p.accepted);
+            proptest::prop_assert_eq!(p.hostname, server_host.into_bytes());
+            client.check_pong(&info, &pong).unwrap();
+            let refused = parse_pong(&pong_refusal(&reason)).unwrap();
+            proptest::prop_assert_eq!(
+                refused,
+                Pong { accepted: false, reason, hostname: Vec::new(), digest: Vec::new() }
+            );
+        }
+    }
+
     #[test]
     fn digests_are_lowercase_hex_of_the_concatenation() {
         let d = digest_hex(&[b"a", b"bc"]);
