@@ -32,7 +32,7 @@ pub use handshake::{
 };
 pub use packet::{encode_packet, encode_packet_header, DataPacket, PacketLimits};
 pub use packet_decoder::PacketDecoder;
-pub use peers::{decode_peer_list, encode_peer_list, PeerInfo};
+pub use peers::{decode_peer_list, encode_peer_list, PeerInfo, MAX_PEER_HOST_BYTES};
 pub use response::{decode_response, encode_response, Response, ResponseCode};
 pub use utf::{decode_utf, encode_utf};
 
@@ -113,6 +113,26 @@ mod proptests {
         }
 
         #[test]
+        fn resource_offers_round_trip(name in ".{0,40}", version in any::<i32>()) {
+            let offer = ResourceOffer { name, version };
+            let mut out = BytesMut::new();
+            encode_resource_offer(&offer, &mut out).unwrap();
+            prop_assert_eq!(decode_resource_offer(&out).unwrap().unwrap(), (offer, out.len()));
+        }
+
+        #[test]
+        fn resource_replies_round_trip(kind in 0u8..3, version in any::<i32>(), msg in ".{0,50}") {
+            let reply = match kind {
+                0 => ResourceReply::Ok,
+                1 => ResourceReply::DifferentVersion(version),
+                _ => ResourceReply::Abort(msg),
+            };
+            let mut out = BytesMut::new();
+            encode_resource_reply(&reply, &mut out);
+            prop_assert_eq!(decode_resource_reply(&out).unwrap().unwrap(), (reply, out.len()));
+        }
+
+        #[test]
         fn decoders_never_panic_on_garbage(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
             for gzip in [false, true] {
                 let mut buf = BytesMut::from(&bytes[..]);
@@ -124,6 +144,7 @@ mod proptests {
             let _ = decode_request(&bytes);
             let _ = decode_peer_list(&bytes);
             let _ = decode_resource_offer(&bytes);
+            let _ = decode_resource_reply(&bytes);
         }
     }
 }

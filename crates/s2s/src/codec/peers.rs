@@ -9,6 +9,13 @@ use super::{encode_utf, CodecError, Decoded};
 /// Most peers a decoded list may hold.
 pub const MAX_PEERS: u64 = 10_000;
 
+/// Longest peer host name decoded, bytes (a DNS name has at most 253).
+/// Without it a list could announce [`MAX_PEERS`] hosts of 64 KiB each,
+/// and the client would buffer (and decode again on every read) up to
+/// 655 MB before the list completes; with it a whole list stays under
+/// 2.7 MB.
+pub const MAX_PEER_HOST_BYTES: u64 = 255;
+
 /// One entry of a peer list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerInfo {
@@ -41,7 +48,7 @@ pub fn decode_peer_list(buf: &[u8]) -> Decoded<Vec<PeerInfo>> {
         let n = r.count("peers", MAX_PEERS)?;
         let mut peers = Vec::with_capacity(n.min(64));
         for _ in 0..n {
-            let host = r.utf("peer host")?;
+            let host = r.utf_at_most("peer host", MAX_PEER_HOST_BYTES)?;
             let port = r.i32()?;
             let secure = r.u8()? != 0;
             let flow_file_count = r.i32()?;
@@ -77,5 +84,36 @@ mod tests {
             decode_peer_list(want).unwrap().unwrap(),
             (peers, want.len())
         );
+    }
+
+    #[test]
+    fn a_host_name_past_the_limit_is_refused_before_its_bytes_arrive() {
+        let mut out = BytesMut::new();
+        let host = "h".repeat(MAX_PEER_HOST_BYTES as usize);
+        let peer = |host: &str| PeerInfo {
+            host: host.into(),
+            port: 1,
+            secure: true,
+            flow_file_count: 2,
+        };
+        encode_peer_list(&[peer(&host)], &mut out).unwrap();
+        assert_eq!(
+            decode_peer_list(&out).unwrap().unwrap(),
+            (vec![peer(&host)], out.len())
+        );
+        // One byte longer: refused on the length alone (count, then the
+        // u16 length; none of the host's bytes sent).
+        let long = [0, 0, 0, 1, 0x01, 0x00];
+        assert_eq!(
+            decode_peer_list(&long),
+            Err(CodecError::TooLarge {
+                what: "peer host",
+                value: MAX_PEER_HOST_BYTES + 1,
+                limit: MAX_PEER_HOST_BYTES,
+            })
+        );
+        let mut longest = vec![0, 0, 0, 1, 0xff, 0xff];
+        longest.resize(6 + 65_535, b'h');
+        assert!(decode_peer_list(&longest).is_err());
     }
 }

@@ -63,6 +63,15 @@ impl<'a> Reader<'a> {
         super::utf::modified_utf8_to_string(bytes).map_err(|_| Stop::Bad(CodecError::BadUtf8(what)))
     }
 
+    /// A Java `readUTF` string of at most `limit` encoded bytes: a longer
+    /// one is refused on its length, before its bytes are waited for.
+    pub(crate) fn utf_at_most(&mut self, what: &'static str, limit: u64) -> Result<String, Stop> {
+        let len = self.u16()?;
+        bounded(what, len.into(), limit)?;
+        let bytes = self.take(len.into())?;
+        super::utf::modified_utf8_to_string(bytes).map_err(|_| Stop::Bad(CodecError::BadUtf8(what)))
+    }
+
     /// A count field: non-negative and at most `limit`.
     pub(crate) fn count(&mut self, what: &'static str, limit: u64) -> Result<usize, Stop> {
         let v = self.i32()?;
