@@ -153,3 +153,51 @@ impl HeartbeatWriter {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// What the writer puts on the nodes topic reads back as written.
+        #[test]
+        fn heartbeats_round_trip(
+            node in "\\PC{0,64}",
+            ts_ms in any::<u64>(),
+            lag in any::<i64>(),
+            partitions in any::<i64>(),
+            received in any::<u64>(),
+            produced in any::<u64>(),
+            version in "\\PC{0,32}",
+        ) {
+            let beat = Heartbeat { node, ts_ms, lag, partitions, received, produced, version };
+            let value = serde_json::to_vec(&beat).unwrap();
+            prop_assert_eq!(Heartbeat::parse(&value), Some(beat));
+        }
+
+        /// Whatever else is on the topic is skipped, never a panic.
+        #[test]
+        fn any_bytes_parse_or_are_skipped(value in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = Heartbeat::parse(&value);
+        }
+    }
+
+    #[test]
+    fn an_oversized_record_is_skipped_unread() {
+        let beat = Heartbeat {
+            node: "n".repeat(MAX_HEARTBEAT_BYTES),
+            ts_ms: 1,
+            lag: 0,
+            partitions: 1,
+            received: 0,
+            produced: 0,
+            version: "0".into(),
+        };
+        let value = serde_json::to_vec(&beat).unwrap();
+        assert!(value.len() > MAX_HEARTBEAT_BYTES);
+        assert_eq!(Heartbeat::parse(&value), None);
+        assert_eq!(Heartbeat::parse(b"{}"), None);
+    }
+}
