@@ -335,6 +335,14 @@ for i in 0 1 2; do
 done
 log "messages dropped by full subscriber queues (drop-oldest), since each node's start:$drops"
 
+# Each node's counters and readiness as the run ends, for the failure
+# output: a path that stopped acknowledging (a sink queue that never
+# drains, a budget held, a backbone list full) shows there.
+for i in 0 1 2; do
+    curl -s -m 5 "http://127.0.0.1:${HTTP[i]}/metrics" > "$WORK/metrics$i.txt" 2>&1 || true
+    curl -s -m 5 "http://127.0.0.1:${HTTP[i]}/readyz" > "$WORK/readyz$i.txt" 2>&1 || true
+done
+
 log "reading chaos-sink back; checking every acknowledged KV key"
 java -cp "$KAFKA_CP" scripts/chaos/KafkaReadBack.java "$KAFKA_BOOTSTRAP" chaos-sink \
     > "$WORK/sink.txt" 2> "$WORK/readback.err" || { tail "$WORK/readback.err" >&2; echo "read back failed" >&2; exit 1; }
@@ -353,6 +361,13 @@ if [ "$rc" != 0 ]; then
     for f in fwd s2s kv; do
         echo "--- $f producer (last 10 lines of its output and of its errors)" >&2
         tail -n 10 "$WORK/$f.log" "$WORK/$f.err" >&2
+        echo "--- $f producer: its distinct error lines (stack frames left out)" >&2
+        grep -v '^[[:space:]]*at ' "$WORK/$f.err" | sort | uniq -c | sort -rn | head -15 >&2 || true
+    done
+    for i in 0 1 2; do
+        echo "--- node $i at the end: /readyz $(cat "$WORK/readyz$i.txt" 2>/dev/null)" >&2
+        grep -E '^tidegate_(forward|s2s|listener_connections|hub_(inflight|published|routed|route_failures)|sink|kafka|cluster)' \
+            "$WORK/metrics$i.txt" >&2 || true
     done
 fi
 exit "$rc"

@@ -33,6 +33,7 @@
 //! queue_max_messages = 100000
 //! queue_max_kbytes = 262144
 //! message_timeout_ms = 300000
+//! stall_timeout_ms = 30000               # no delivery report that long: a new producer
 //! [sinks.kafka.properties]               # passed to librdkafka as is
 //! "socket.keepalive.enable" = true
 //! ```
@@ -108,6 +109,14 @@ pub struct KafkaConfig {
     /// (`message.timeout.ms`); a failed message fails its acknowledgement.
     /// Default [`KafkaConfig::DEFAULT_MESSAGE_TIMEOUT_MS`].
     pub message_timeout_ms: u32,
+    /// How long the producer may hold records without any delivery report
+    /// (delivered or failed) before the sink replaces it with a new one and
+    /// produces those records again through it; 0 never replaces it.
+    /// librdkafka can be left knowing no broker after an outage and then
+    /// delivers nothing until `message_timeout_ms` fails every record
+    /// ([`crate::recovery`]). Default
+    /// [`KafkaConfig::DEFAULT_STALL_TIMEOUT_MS`].
+    pub stall_timeout_ms: u32,
     /// Free-form librdkafka properties. One the sink sets itself (see
     /// [`KafkaConfig::OWN_PROPERTIES`], [`KafkaConfig::GUARANTEES`]), under
     /// any of its names, is refused. Default: none.
@@ -133,6 +142,10 @@ impl KafkaConfig {
     pub const DEFAULT_QUEUE_MAX_KBYTES: u32 = 262_144;
     /// Default `message.timeout.ms` (librdkafka's own default, 5 minutes).
     pub const DEFAULT_MESSAGE_TIMEOUT_MS: u32 = 300_000;
+    /// Default `stall_timeout_ms`: far longer than a delivery takes under
+    /// load (a broker's GC pause included), far shorter than
+    /// `message_timeout_ms`.
+    pub const DEFAULT_STALL_TIMEOUT_MS: u32 = 30_000;
     /// Properties the sink sets itself; `properties` may not weaken them.
     pub const GUARANTEES: [(&'static str, &'static str); 2] =
         [("enable.idempotence", "true"), ("acks", "all")];
@@ -163,6 +176,13 @@ impl KafkaConfig {
         }
         if self.queue_max_messages == 0 {
             return Err(ConfigError::ZeroQueue);
+        }
+        if self.stall_timeout_ms != 0 && self.stall_timeout_ms <= self.linger_ms {
+            // A producer holds records for linger_ms by design.
+            return Err(ConfigError::StallWithinLinger {
+                stall_timeout_ms: self.stall_timeout_ms,
+                linger_ms: self.linger_ms,
+            });
         }
         if !matches!(self.topic_separator.as_str(), "." | "_" | "-") {
             return Err(ConfigError::BadSeparator(self.topic_separator.clone()));
@@ -297,6 +317,7 @@ impl Default for KafkaConfig {
             queue_max_messages: Self::DEFAULT_QUEUE_MAX_MESSAGES,
             queue_max_kbytes: Self::DEFAULT_QUEUE_MAX_KBYTES,
             message_timeout_ms: Self::DEFAULT_MESSAGE_TIMEOUT_MS,
+            stall_timeout_ms: Self::DEFAULT_STALL_TIMEOUT_MS,
             properties: BTreeMap::new(),
         }
     }
@@ -397,6 +418,16 @@ pub enum ConfigError {
     /// `queue_max_messages = 0` would block every send forever.
     #[error("[sinks.kafka] queue_max_messages must be at least 1")]
     ZeroQueue,
+    /// `stall_timeout_ms` would replace a producer that only lingers.
+    #[error(
+        "[sinks.kafka] stall_timeout_ms = {stall_timeout_ms} must be 0 (never) or longer than linger_ms = {linger_ms}"
+    )]
+    StallWithinLinger {
+        /// As configured.
+        stall_timeout_ms: u32,
+        /// As configured.
+        linger_ms: u32,
+    },
     /// `topic_separator` is not one of `.`, `_`, `-`.
     #[error("[sinks.kafka] topic_separator {0:?} must be \".\", \"_\" or \"-\"")]
     BadSeparator(String),

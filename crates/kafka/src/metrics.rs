@@ -19,8 +19,11 @@ pub struct KafkaMetrics {
     pub queue_full_waits: Counter,
     /// Messages handed over and not yet acknowledged or failed.
     pub in_flight: Gauge,
-    /// Producers recreated after a fatal error.
+    /// Producers recreated after a fatal error or a stall.
     pub producer_recreations: Counter,
+    /// Producers replaced because they held records and reported nothing
+    /// for `stall_timeout_ms` (each also counts as a recreation).
+    pub producer_stalls: Counter,
     /// Messages produced again through a new producer after theirs died.
     pub resent: Counter,
 }
@@ -55,12 +58,17 @@ impl KafkaMetrics {
         );
         metrics.register(
             "kafka_producer_recreations",
-            "Kafka producers recreated after a fatal producer error",
+            "Kafka producers recreated after a fatal producer error or a stall",
             self.producer_recreations.clone(),
         );
         metrics.register(
+            "kafka_producer_stalls",
+            "Kafka producers replaced for holding records with no delivery report for stall_timeout_ms",
+            self.producer_stalls.clone(),
+        );
+        metrics.register(
             "kafka_resent",
-            "Messages produced again through a new Kafka producer after a fatal error",
+            "Messages produced again through a new Kafka producer after a fatal error or a stall",
             self.resent.clone(),
         );
     }

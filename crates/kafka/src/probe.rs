@@ -210,6 +210,8 @@ mod tests {
         );
         let c = KafkaConfig {
             linger_ms: 2_000_000,
+            // Off, so librdkafka's own range check is what answers.
+            stall_timeout_ms: 0,
             ..KafkaConfig::for_brokers(dead_brokers())
         };
         let e = validate(&c).unwrap_err();

@@ -22,6 +22,20 @@
 //! A record re-sent after its first copy reached the broker unacknowledged
 //! is written twice: delivery stays at-least-once, and order between
 //! records on either side of a recreation is not kept.
+//!
+//! **A stalled producer** is replaced the same way. librdkafka can be left
+//! knowing no broker after an outage (a metadata answer from a broker in
+//! its controlled shutdown lists no broker; see [`crate::rebootstrap`]),
+//! and then holds its records, reporting nothing, until
+//! `message_timeout_ms` fails them all — minutes in which a Forward client
+//! gets no ack from a node whose broker is back (caught by
+//! `scripts/chaos.sh` even with the re-bootstrap delay set). So the thread
+//! also watches for progress: when records are held and no delivery
+//! report of any kind (delivered, failed, produced again) came for
+//! `stall_timeout_ms`, nor was a producer installed in that time, it
+//! replaces the producer as after a fatal error, draining the old one for
+//! at most [`STALL_DRAIN_TIMEOUT`]. Progress is read from the counters the
+//! reports already move, so the delivery path pays nothing for the watch.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,6 +56,16 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Least time between two recreations, so a producer that dies at once
 /// cannot make the thread spin.
 pub const RECREATE_MIN_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long a producer replaced for a stall may report what it sent: it
+/// reported nothing for the whole stall, so waiting longer gains nothing.
+pub const STALL_DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How often the thread looks for progress: four times per stall timeout
+/// (so a stall is acted on within 1.25 × the timeout), at most every 50 ms.
+fn stall_check_interval(stall: Duration) -> Duration {
+    (stall / 4).max(Duration::from_millis(50))
+}
 
 /// What the delivery callbacks and senders hand the recovery thread.
 #[derive(Debug, Default)]
@@ -68,6 +92,15 @@ enum Work {
     Stop(Vec<Box<InFlight>>),
     Recreate(u64),
     Resend(Vec<Box<InFlight>>),
+    /// Nothing came within the check interval: time to look for a stall.
+    Check,
+}
+
+/// Why a producer is replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Replaced {
+    Fatal,
+    Stalled,
 }
 
 impl RecoveryInbox {
@@ -104,8 +137,9 @@ impl RecoveryInbox {
         s.resend.extend(later);
     }
 
-    /// Waits for work: stopping first, then a dead producer, then resends.
-    fn next(&self) -> Work {
+    /// Waits for work: stopping first, then a dead producer, then resends;
+    /// [`Work::Check`] when `check_every` passes with none.
+    fn next(&self, check_every: Option<Duration>) -> Work {
         let mut s = self.state.lock();
         loop {
             if s.stopped {
@@ -117,7 +151,14 @@ impl RecoveryInbox {
             if !s.resend.is_empty() {
                 return Work::Resend(std::mem::take(&mut s.resend));
             }
-            self.wake.wait(&mut s);
+            match check_every {
+                Some(every) => {
+                    if self.wake.wait_for(&mut s, every).timed_out() {
+                        return Work::Check;
+                    }
+                }
+                None => self.wake.wait(&mut s),
+            }
         }
     }
 
@@ -145,6 +186,17 @@ pub struct Recovery {
     pub acks: Acknowledger,
     /// When the last recreation happened.
     pub last_recreation: Option<Instant>,
+    /// `stall_timeout_ms`: records held this long with no delivery report
+    /// and no new producer get a new producer (`None`: never).
+    pub stall_timeout: Option<Duration>,
+}
+
+/// What the stall watch saw last.
+struct StallWatch {
+    /// Delivery reports so far (delivered + failed + produced again).
+    reports: u64,
+    /// Since when nothing moved while records were held.
+    quiet_since: Instant,
 }
 
 impl Recovery {
@@ -157,22 +209,67 @@ impl Recovery {
     }
 
     fn run(mut self) {
+        let check_every = self.stall_timeout.map(stall_check_interval);
+        let mut watch = StallWatch {
+            reports: self.reports(),
+            quiet_since: Instant::now(),
+        };
         loop {
-            match self.inbox.next() {
+            match self.inbox.next(check_every) {
                 Work::Stop(left) => {
                     for in_flight in left {
                         self.fail(*in_flight, "the sink stopped".to_owned());
                     }
                     return;
                 }
-                Work::Recreate(dead) => self.recreate(dead),
+                Work::Recreate(dead) => self.recreate(dead, Replaced::Fatal),
                 Work::Resend(records) => self.resend(records),
+                Work::Check => {}
             }
+            self.watch_for_stall(&mut watch);
         }
     }
 
+    /// Every delivery report so far: each one moves one of these counters
+    /// (a report of a replaced producer, once its record is produced again).
+    fn reports(&self) -> u64 {
+        let m = &self.acks.metrics;
+        m.delivered.get() + m.failed.get() + m.resent.get()
+    }
+
+    /// Replaces the producer when records were held for the stall timeout
+    /// with no report and no new producer ([`Replaced::Stalled`]).
+    fn watch_for_stall(&mut self, watch: &mut StallWatch) {
+        let Some(stall) = self.stall_timeout else {
+            return;
+        };
+        let reports = self.reports();
+        let now = Instant::now();
+        let recent_producer = self
+            .last_recreation
+            .is_some_and(|at| now.duration_since(at) < stall);
+        if reports != watch.reports || self.acks.room.taken() <= 0 || recent_producer {
+            watch.reports = reports;
+            watch.quiet_since = now;
+            return;
+        }
+        if now.duration_since(watch.quiet_since) < stall {
+            return;
+        }
+        tracing::warn!(
+            held = self.acks.room.taken(),
+            quiet_ms = now.duration_since(watch.quiet_since).as_millis() as u64,
+            generation = self.slot.number(),
+            "Kafka producer reported no delivery while holding records; replacing it"
+        );
+        self.acks.metrics.producer_stalls.inc();
+        self.recreate(self.slot.number(), Replaced::Stalled);
+        watch.reports = self.reports();
+        watch.quiet_since = Instant::now();
+    }
+
     /// Replaces generation `dead`, unless that already happened.
-    fn recreate(&mut self, dead: u64) {
+    fn recreate(&mut self, dead: u64, why: Replaced) {
         if self.slot.number() != dead {
             return;
         }
@@ -196,11 +293,22 @@ impl Recovery {
         self.last_recreation = Some(Instant::now());
         let old = self.slot.install(next);
         self.acks.metrics.producer_recreations.inc();
-        tracing::warn!(
-            generation = dead + 1,
-            "Kafka producer recreated after a fatal error"
-        );
-        drain(old);
+        match why {
+            Replaced::Fatal => {
+                tracing::warn!(
+                    generation = dead + 1,
+                    "Kafka producer recreated after a fatal error"
+                );
+                drain(old, DRAIN_TIMEOUT);
+            }
+            Replaced::Stalled => {
+                tracing::warn!(
+                    generation = dead + 1,
+                    "Kafka producer recreated after a stall"
+                );
+                drain(old, STALL_DRAIN_TIMEOUT);
+            }
+        }
     }
 
     /// Produces `records` again through the current producer.
@@ -248,11 +356,11 @@ impl Recovery {
 
 /// Lets a replaced producer report what it already sent, then drops it (its
 /// drop purges the rest, which come back through the inbox).
-fn drain(old: Arc<Generation>) {
+fn drain(old: Arc<Generation>, wait: Duration) {
     let draining = std::thread::Builder::new()
         .name("kafka-drain".into())
         .spawn(move || {
-            let _ = old.producer.flush(DRAIN_TIMEOUT);
+            let _ = old.producer.flush(wait);
             // A sender may still hold it for the instant of a refused send;
             // the drop (a purge and a join) belongs on this thread, not theirs.
             let deadline = Instant::now() + Duration::from_secs(1);

@@ -125,6 +125,8 @@ impl KafkaSink {
             shape: shape.clone(),
             acks,
             last_recreation: None,
+            stall_timeout: (config.stall_timeout_ms > 0)
+                .then(|| std::time::Duration::from_millis(config.stall_timeout_ms.into())),
         }
         .spawn()?;
         Ok(KafkaSink {

@@ -201,6 +201,117 @@ async fn fatal_errors_under_load_lose_no_acknowledged_record() {
     );
 }
 
+/// A producer that holds records and reports nothing for
+/// `stall_timeout_ms` is replaced, and every record it held is produced
+/// again through the next one: with the broker frozen (SIGSTOP: its
+/// connections stay open and nothing answers, so librdkafka reports nothing
+/// for its request timeout, 30 s) the sink replaces its producer within
+/// the stall timeout, fails nothing, and once the broker runs again every
+/// record is acknowledged and in Kafka. Deliveries that flow, for longer
+/// than the stall timeout, replace nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_that_reports_nothing_while_holding_records_is_replaced() {
+    let broker = tokio::task::spawn_blocking(TestBroker::start)
+        .await
+        .unwrap()
+        .expect("start a dedicated broker");
+    let config = KafkaConfig {
+        topic: "recovery-stall".into(),
+        stall_timeout_ms: 1_500,
+        ..KafkaConfig::for_brokers(broker.bootstrap())
+    };
+    config
+        .check()
+        .expect("a stall timeout longer than linger_ms");
+    let sink = Arc::new(KafkaSink::new(config).unwrap());
+    let hub = hub_routing_to("logs.>", &sink);
+
+    // Flowing for 3 s, twice the stall timeout: no replacement.
+    let flowing = AckGroup::new();
+    for i in 0..60 {
+        hub.publish_acked(Message::new("logs.stall", format!("f{i}")), &flowing)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::timeout(Duration::from_secs(30), flowing.wait())
+        .await
+        .expect("acks while the broker runs")
+        .expect("none failed");
+    assert_eq!(sink.metrics().producer_stalls.get(), 0);
+
+    broker.pause().expect("SIGSTOP the broker");
+    let held = AckGroup::new();
+    let n = 50;
+    for i in 0..n {
+        hub.publish_acked(Message::new("logs.stall", format!("h{i}")), &held)
+            .await
+            .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sink.metrics().producer_stalls.get() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the stalled producer was not replaced within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(sink.producer_generation() >= 1);
+    // The replaced producer is dropped after its short drain, and what it
+    // held goes to the next one: only that one can deliver them.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sink.metrics().resent.get() < n as u64 {
+        assert!(
+            Instant::now() < deadline,
+            "the held records were not handed to the next producer within 10 s (resent {})",
+            sink.metrics().resent.get()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(sink.metrics().failed.get(), 0, "a stall fails nothing");
+    broker.resume().expect("SIGCONT the broker");
+
+    tokio::time::timeout(Duration::from_secs(90), held.wait())
+        .await
+        .expect("acks once the broker runs again")
+        .expect("every held record acknowledged, none failed");
+    assert_eq!(sink.metrics().failed.get(), 0);
+    let got = payloads(&read_back(broker.bootstrap(), "recovery-stall", 60 + n).await);
+    let have: HashSet<String> = got.into_iter().collect();
+    let missing: Vec<String> = (0..n)
+        .map(|i| format!("h{i}"))
+        .filter(|h| !have.contains(h))
+        .collect();
+    assert!(missing.is_empty(), "missing from Kafka: {missing:?}");
+    let text = hub.metrics().render();
+    assert!(
+        text.contains("tidegate_kafka_producer_stalls_total"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_stall_timeout_within_linger_is_refused() {
+    let e = KafkaConfig {
+        linger_ms: 500,
+        stall_timeout_ms: 500,
+        ..KafkaConfig::default()
+    }
+    .check()
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("stall_timeout_ms") && e.contains("linger_ms"),
+        "{e}"
+    );
+    let off = KafkaConfig {
+        linger_ms: 500,
+        stall_timeout_ms: 0,
+        ..KafkaConfig::default()
+    };
+    assert!(off.check().is_ok(), "0 turns the watch off");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_is_not_ready_without_a_broker_and_ready_again_when_it_returns() {
     let mut broker = tokio::task::spawn_blocking(TestBroker::start)

@@ -153,6 +153,35 @@ impl TestBroker {
         }
     }
 
+    /// Freezes the broker (SIGSTOP): its connections stay open and nothing
+    /// answers, as with a hung broker. [`TestBroker::resume`] undoes it.
+    pub fn pause(&self) -> Result<(), TestBrokerError> {
+        self.signal("-STOP")
+    }
+
+    /// Lets a [`TestBroker::pause`]d broker run again (SIGCONT).
+    pub fn resume(&self) -> Result<(), TestBrokerError> {
+        self.signal("-CONT")
+    }
+
+    fn signal(&self, sig: &str) -> Result<(), TestBrokerError> {
+        let Some(r) = &self.running else {
+            return Ok(());
+        };
+        let status = std::process::Command::new("kill")
+            .args([sig, &r.java.id().to_string()])
+            .status()
+            .map_err(|e| TestBrokerError::io(format!("kill {sig}"), e))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(TestBrokerError::io(
+                format!("kill {sig}"),
+                io::Error::other(format!("exit {status}")),
+            ))
+        }
+    }
+
     /// Starts the broker again on the same ports and data (stopping it first
     /// if it runs); returns once it serves.
     pub fn restart(&mut self) -> Result<(), TestBrokerError> {
