@@ -10,7 +10,7 @@ use super::{encode_utf, CodecError, Decoded};
 pub const MAX_PEERS: u64 = 10_000;
 
 /// Longest peer host name decoded, bytes (a DNS name has at most 253).
-/// Without it a list could announce [`MAX_PEERS`] hosts of 64 KiB each,
+/// Without it a list could announce `MAX_PEERS` (10,000) hosts of 64 KiB each,
 /// and the client would buffer (and decode again on every read) up to
 /// 655 MB before the list completes; with it a whole list stays under
 /// 2.7 MB.
