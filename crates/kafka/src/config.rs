@@ -177,8 +177,11 @@ impl KafkaConfig {
         if self.queue_max_messages == 0 {
             return Err(ConfigError::ZeroQueue);
         }
-        if self.stall_timeout_ms != 0 && self.stall_timeout_ms <= self.linger_ms {
-            // A producer holds records for linger_ms by design.
+        if self.stall_timeout_ms != 0
+            && u64::from(self.stall_timeout_ms) < u64::from(self.linger_ms) + 1_000
+        {
+            // A producer holds records for linger_ms by design, then waits
+            // a round trip to the broker (acks=all) for their report.
             return Err(ConfigError::StallWithinLinger {
                 stall_timeout_ms: self.stall_timeout_ms,
                 linger_ms: self.linger_ms,
@@ -420,7 +423,7 @@ pub enum ConfigError {
     ZeroQueue,
     /// `stall_timeout_ms` would replace a producer that only lingers.
     #[error(
-        "[sinks.kafka] stall_timeout_ms = {stall_timeout_ms} must be 0 (never) or longer than linger_ms = {linger_ms}"
+        "[sinks.kafka] stall_timeout_ms = {stall_timeout_ms} must be 0 (never) or at least linger_ms + 1000 (linger_ms = {linger_ms})"
     )]
     StallWithinLinger {
         /// As configured.

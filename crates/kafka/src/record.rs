@@ -24,6 +24,11 @@ pub struct InFlight {
     pub msg: SharedMessage,
     /// Completed by the delivery report.
     pub token: AckToken,
+    /// When the sink first handed it to a producer: a record produced
+    /// again by a new producer is failed once `message_timeout_ms` has
+    /// passed since then, as librdkafka would have failed it
+    /// ([`crate::recovery`]).
+    pub handed_over: std::time::Instant,
 }
 
 /// A Kafka record carrying an [`InFlight`] as its delivery opaque.

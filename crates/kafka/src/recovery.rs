@@ -30,12 +30,20 @@
 //! `message_timeout_ms` fails them all — minutes in which a Forward client
 //! gets no ack from a node whose broker is back (caught by
 //! `scripts/chaos.sh` even with the re-bootstrap delay set). So the thread
-//! also watches for progress: when records are held and no delivery
-//! report of any kind (delivered, failed, produced again) came for
-//! `stall_timeout_ms`, nor was a producer installed in that time, it
-//! replaces the producer as after a fatal error, draining the old one for
-//! at most [`STALL_DRAIN_TIMEOUT`]. Progress is read from the counters the
+//! also watches for progress: when the producer holds records and no
+//! delivery report of any kind (delivered, failed, produced again) came
+//! for `stall_timeout_ms`, nor was a producer installed in that time, it
+//! replaces the producer as after a fatal error, letting the old one
+//! report for [`STALL_DRAIN_TIMEOUT`] before it is dropped (a report of
+//! the old one other than the purge — a broker error — still fails its
+//! record, as it would have). Progress is read from the counters the
 //! reports already move, so the delivery path pays nothing for the watch.
+//! A broker that is simply down looks the same; so that it does not cost
+//! a new producer every stall timeout, the quiet time doubles after each
+//! replacement no delivery followed (up to `message_timeout_ms`), and a
+//! record produced again is failed once `message_timeout_ms` has passed
+//! since it was first handed over: a replacement never extends a record's
+//! timeout.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -60,6 +68,22 @@ pub const RECREATE_MIN_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a producer replaced for a stall may report what it sent: it
 /// reported nothing for the whole stall, so waiting longer gains nothing.
 pub const STALL_DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The quiet time that makes the next stall, after a replacement: the
+/// same when something was delivered since the one before, else double,
+/// never more than `message_timeout` (nor less than `stall`).
+fn quiet_after_replacement(
+    current: Duration,
+    delivered_since: bool,
+    stall: Duration,
+    message_timeout: Duration,
+) -> Duration {
+    if delivered_since {
+        current
+    } else {
+        current.saturating_mul(2).min(message_timeout.max(stall))
+    }
+}
 
 /// How often the thread looks for progress: four times per stall timeout
 /// (so a stall is acted on within 1.25 × the timeout), at most every 50 ms.
@@ -121,6 +145,11 @@ impl RecoveryInbox {
         s.resend.push(in_flight);
         self.wake.notify_one();
         Ok(())
+    }
+
+    /// True while a generation reported dead waits for its recreation.
+    fn fatal_pending(&self) -> bool {
+        self.state.lock().dead.is_some()
     }
 
     /// The sink is dropped: the thread settles what is queued and ends.
@@ -189,6 +218,13 @@ pub struct Recovery {
     /// `stall_timeout_ms`: records held this long with no delivery report
     /// and no new producer get a new producer (`None`: never).
     pub stall_timeout: Option<Duration>,
+    /// `message_timeout_ms`: a record not delivered this long after it was
+    /// first handed over is failed rather than produced again.
+    pub message_timeout: Duration,
+    /// When the current producer was installed (the first: when the sink
+    /// was made). A producer younger than the stall timeout is not
+    /// replaced for a stall: it may still be connecting.
+    pub installed: Instant,
 }
 
 /// What the stall watch saw last.
@@ -197,6 +233,14 @@ struct StallWatch {
     reports: u64,
     /// Since when nothing moved while records were held.
     quiet_since: Instant,
+    /// The quiet time that makes a stall now: the stall timeout, doubled
+    /// after each replacement that no delivery followed (a broker that is
+    /// simply down is not worth a new producer every time), at most
+    /// `message_timeout_ms`; back to the stall timeout once one is
+    /// delivered.
+    timeout: Duration,
+    /// Deliveries counted at the last replacement.
+    delivered_then: u64,
 }
 
 impl Recovery {
@@ -213,6 +257,8 @@ impl Recovery {
         let mut watch = StallWatch {
             reports: self.reports(),
             quiet_since: Instant::now(),
+            timeout: self.stall_timeout.unwrap_or(Duration::MAX),
+            delivered_then: self.acks.metrics.delivered.get(),
         };
         loop {
             match self.inbox.next(check_every) {
@@ -237,23 +283,29 @@ impl Recovery {
         m.delivered.get() + m.failed.get() + m.resent.get()
     }
 
-    /// Replaces the producer when records were held for the stall timeout
+    /// Replaces the producer when it held records for the stall timeout
     /// with no report and no new producer ([`Replaced::Stalled`]).
     fn watch_for_stall(&mut self, watch: &mut StallWatch) {
         let Some(stall) = self.stall_timeout else {
             return;
         };
+        let delivered = self.acks.metrics.delivered.get();
+        if delivered != watch.delivered_then {
+            watch.timeout = stall;
+        }
         let reports = self.reports();
         let now = Instant::now();
-        let recent_producer = self
-            .last_recreation
-            .is_some_and(|at| now.duration_since(at) < stall);
-        if reports != watch.reports || self.acks.room.taken() <= 0 || recent_producer {
+        // Held by the producer itself, not only by the sink's room (a
+        // sender about to hand over, the resend queue); a fatal error
+        // waiting for its own recreation is not a stall.
+        let holding = self.acks.room.taken() > 0 && self.slot.load().producer.in_flight_count() > 0;
+        let young = now.duration_since(self.installed) < stall;
+        if reports != watch.reports || !holding || young || self.inbox.fatal_pending() {
             watch.reports = reports;
             watch.quiet_since = now;
             return;
         }
-        if now.duration_since(watch.quiet_since) < stall {
+        if now.duration_since(watch.quiet_since) < watch.timeout {
             return;
         }
         tracing::warn!(
@@ -264,6 +316,13 @@ impl Recovery {
         );
         self.acks.metrics.producer_stalls.inc();
         self.recreate(self.slot.number(), Replaced::Stalled);
+        watch.timeout = quiet_after_replacement(
+            watch.timeout,
+            delivered != watch.delivered_then,
+            stall,
+            self.message_timeout,
+        );
+        watch.delivered_then = self.acks.metrics.delivered.get();
         watch.reports = self.reports();
         watch.quiet_since = Instant::now();
     }
@@ -291,6 +350,7 @@ impl Recovery {
             }
         };
         self.last_recreation = Some(Instant::now());
+        self.installed = Instant::now();
         let old = self.slot.install(next);
         self.acks.metrics.producer_recreations.inc();
         match why {
@@ -316,6 +376,16 @@ impl Recovery {
     fn resend(&mut self, records: Vec<Box<InFlight>>) {
         let mut records = records.into_iter();
         while let Some(in_flight) = records.next() {
+            if in_flight.handed_over.elapsed() >= self.message_timeout {
+                // As librdkafka would have failed it, had its producer lived:
+                // a replacement does not give a record a new timeout.
+                self.fail(
+                    *in_flight,
+                    "not delivered within message_timeout_ms (its producer was replaced)"
+                        .to_owned(),
+                );
+                continue;
+            }
             let msg = in_flight.msg.clone();
             let address = self.shape.address(&msg);
             let mut record = address.record(&msg, in_flight);
@@ -372,5 +442,99 @@ fn drain(old: Arc<Generation>, wait: Duration) {
     if let Err(e) = draining {
         // The closure, and with it the producer, was dropped here instead.
         tracing::error!(error = %e, "cannot start a thread to drain the old Kafka producer");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::KafkaConfig;
+    use crate::health::BrokerLink;
+    use crate::room::Room;
+    use crate::KafkaMetrics;
+    use tidegate_hub::{AckGroup, DeliveryError, Message};
+
+    /// A recovery thread's state around a producer for `127.0.0.1:1`
+    /// (creating one needs no broker), not started.
+    fn recovery(message_timeout: Duration) -> Recovery {
+        let config = KafkaConfig::for_brokers("127.0.0.1:1");
+        let metrics = KafkaMetrics::default();
+        let acks = Acknowledger {
+            room: Arc::new(Room::new(16, metrics.in_flight.clone())),
+            metrics,
+        };
+        let inbox = Arc::new(RecoveryInbox::default());
+        let factory = ProducerFactory::new(
+            config.client_config().unwrap(),
+            acks.clone(),
+            Arc::new(BrokerLink::default()),
+            inbox.clone(),
+        );
+        Recovery {
+            slot: Arc::new(ProducerSlot::new(factory.create(0).unwrap())),
+            factory,
+            inbox,
+            shape: Arc::new(RecordShape::new(&config)),
+            acks,
+            last_recreation: None,
+            stall_timeout: Some(Duration::from_secs(30)),
+            message_timeout,
+            installed: Instant::now(),
+        }
+    }
+
+    fn held(r: &Recovery, group: &AckGroup, age: Duration) -> Box<InFlight> {
+        r.acks.room.try_take().expect("room").hand_over();
+        Box::new(InFlight {
+            msg: Arc::new(Message::new("t.x", "payload")),
+            token: group.token(),
+            handed_over: Instant::now().checked_sub(age).expect("a past instant"),
+        })
+    }
+
+    #[test]
+    fn a_broker_that_stays_down_is_given_a_new_producer_ever_less_often() {
+        let (stall, max) = (Duration::from_secs(30), Duration::from_secs(300));
+        let mut t = stall;
+        let mut waits = Vec::new();
+        for _ in 0..6 {
+            t = quiet_after_replacement(t, false, stall, max);
+            waits.push(t.as_secs());
+        }
+        assert_eq!(waits, [60, 120, 240, 300, 300, 300]);
+        // A delivery since the last replacement keeps the wait.
+        assert_eq!(quiet_after_replacement(stall, true, stall, max), stall);
+        // A message timeout under the stall timeout never shortens it.
+        assert_eq!(
+            quiet_after_replacement(stall, false, stall, Duration::from_secs(10)),
+            stall
+        );
+    }
+
+    #[tokio::test]
+    async fn a_record_past_its_message_timeout_is_failed_not_produced_again() {
+        let mut r = recovery(Duration::from_secs(5));
+        let old = AckGroup::new();
+        let young = AckGroup::new();
+        let records = vec![
+            held(&r, &old, Duration::from_secs(6)),
+            held(&r, &young, Duration::from_secs(1)),
+        ];
+        r.resend(records);
+        // The old one is failed at once, naming why; its room is back.
+        let failed = tokio::time::timeout(Duration::from_secs(1), old.wait())
+            .await
+            .expect("settled at once");
+        assert!(
+            matches!(&failed, Err(DeliveryError::Failed { reason, .. }) if reason.contains("message_timeout_ms")),
+            "{failed:?}"
+        );
+        assert_eq!(r.acks.metrics.failed.get(), 1);
+        // The young one went to the producer (which holds it: no broker).
+        assert_eq!(r.acks.metrics.resent.get(), 1);
+        assert_eq!(r.acks.room.taken(), 1);
+        // (librdkafka's count also holds its own requests, metadata and such.)
+        assert!(r.slot.load().producer.in_flight_count() >= 1);
+        drop(young);
     }
 }

@@ -126,7 +126,9 @@ impl KafkaSink {
             acks,
             last_recreation: None,
             stall_timeout: (config.stall_timeout_ms > 0)
-                .then(|| std::time::Duration::from_millis(config.stall_timeout_ms.into())),
+                .then(|| Duration::from_millis(config.stall_timeout_ms.into())),
+            message_timeout: Duration::from_millis(config.message_timeout_ms.into()),
+            installed: Instant::now(),
         }
         .spawn()?;
         Ok(KafkaSink {
@@ -173,6 +175,7 @@ impl KafkaSink {
         let in_flight = Box::new(InFlight {
             msg: msg.clone(),
             token: ack,
+            handed_over: Instant::now(),
         });
         let mut record = address.record(&msg, in_flight);
         loop {

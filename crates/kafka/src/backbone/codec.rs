@@ -179,6 +179,7 @@ mod tests {
         let in_flight = Box::new(crate::record::InFlight {
             msg: Arc::new(bundle.clone()),
             token: tidegate_hub::AckToken::detached(),
+            handed_over: std::time::Instant::now(),
         });
         let record = address.record(&bundle, in_flight);
         assert_eq!(record.topic, KafkaConfig::DEFAULT_TOPIC);
