@@ -1,21 +1,14 @@
 //! The `tidegate` binary as a user meets it: `--version`, `config`, config
 //! errors, and `serve` answering `/metrics` and stopping cleanly on SIGTERM.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const EXE: &str = env!("CARGO_BIN_EXE_tidegate");
-
-/// `N` distinct free loopback addresses: every listener is held until all
-/// are picked (one at a time, the OS may hand out one port twice).
-fn free_ports<const N: usize>() -> [SocketAddr; N] {
-    let held: Vec<TcpListener> = (0..N)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    std::array::from_fn(|i| held[i].local_addr().unwrap())
-}
+use common::{free_ports, EXE};
 
 fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<String> {
     let mut s = TcpStream::connect(addr)?;
