@@ -86,6 +86,22 @@ async fn until_close_within(ws: &mut Ws, limit: Duration) -> (Vec<String>, Optio
     (texts, close)
 }
 
+/// Shuts the server down and reads `ws` until its close frame: the text
+/// frames before it. Panics unless the close is 1001 and comes within
+/// `FLUSH_WAIT` + 1 s of the shutdown.
+async fn shut_down_until_away(s: &Server, ws: &mut Ws) -> Vec<String> {
+    let start = Instant::now();
+    s.ctx.shutdown.cancel();
+    let (texts, close) = until_close_within(ws, FLUSH_WAIT + Duration::from_secs(5)).await;
+    assert_eq!(close.map(|c| c.0), Some(u16::from(CloseCode::Away)));
+    assert!(
+        start.elapsed() < FLUSH_WAIT + Duration::from_secs(1),
+        "closed {:?} after the shutdown",
+        start.elapsed()
+    );
+    texts
+}
+
 /// An Engine.IO websocket session subscribed (Engine.IO message `4`, the
 /// `/ws` protocol inside) to `pattern`: the socket and its sid.
 async fn engineio_ws_subscribed(s: &Server, pattern: &str) -> (Ws, String) {
@@ -515,15 +531,7 @@ async fn a_ws_cluster_replay_under_way_at_shutdown_does_not_hold_the_close() {
         .await
         .expect("the replay under way");
 
-    let start = Instant::now();
-    s.ctx.shutdown.cancel();
-    let (texts, close) = until_close_within(&mut ws, FLUSH_WAIT + Duration::from_secs(5)).await;
-    assert_eq!(close.map(|c| c.0), Some(u16::from(CloseCode::Away)));
-    assert!(
-        start.elapsed() < FLUSH_WAIT + Duration::from_secs(1),
-        "closed {:?} after the shutdown",
-        start.elapsed()
-    );
+    let texts = shut_down_until_away(&s, &mut ws).await;
     // The subscribe is answered, saying why nothing was replayed.
     let answered = texts
         .iter()
@@ -599,15 +607,7 @@ async fn a_ws_publish_waiting_for_a_full_sink_does_not_hold_the_close() {
         .await
         .expect("the publish waiting for the sink");
 
-    let start = Instant::now();
-    s.ctx.shutdown.cancel();
-    let (texts, close) = until_close_within(&mut ws, FLUSH_WAIT + Duration::from_secs(5)).await;
-    assert_eq!(close.map(|c| c.0), Some(u16::from(CloseCode::Away)));
-    assert!(
-        start.elapsed() < FLUSH_WAIT + Duration::from_secs(1),
-        "closed {:?} after the shutdown",
-        start.elapsed()
-    );
+    let texts = shut_down_until_away(&s, &mut ws).await;
     let answers: Vec<Value> = texts
         .iter()
         .map(|t| serde_json::from_str(t).unwrap())
@@ -659,15 +659,7 @@ async fn a_socketio_publish_waiting_for_a_full_sink_is_acked_with_the_shutdown()
         .await
         .expect("the publish waiting for the sink");
 
-    let start = Instant::now();
-    s.ctx.shutdown.cancel();
-    let (texts, close) = until_close_within(&mut ws, FLUSH_WAIT + Duration::from_secs(5)).await;
-    assert_eq!(close.map(|c| c.0), Some(u16::from(CloseCode::Away)));
-    assert!(
-        start.elapsed() < FLUSH_WAIT + Duration::from_secs(1),
-        "closed {:?} after the shutdown",
-        start.elapsed()
-    );
+    let texts = shut_down_until_away(&s, &mut ws).await;
     let ack: Value = json!([{"ok": false, "reason": "the hub is shutting down"}]);
     assert_eq!(
         texts,
