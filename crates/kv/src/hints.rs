@@ -949,6 +949,20 @@ mod tests {
     }
     /// What a hint of `key` with a `value_len`-byte value (no expiry)
     /// counts for.
+    /// The hints on disk for node 1 (`peer`), once the ledger's totals and
+    /// the pending gauges are checked to say the same.
+    fn totals_match_the_disk(hints: &Hints, metrics: &KvMetrics, peer: &str) -> HintTotals {
+        let on_disk = hints.engine.hint_totals(peer).unwrap();
+        assert_eq!(
+            hints.ledgers[1].totals(),
+            on_disk,
+            "the totals are the disk's"
+        );
+        assert_eq!(metrics.hints_pending.get(), on_disk.keys as i64);
+        assert_eq!(metrics.hints_pending_bytes.get(), on_disk.bytes as i64);
+        on_disk
+    }
+
     fn size(key: &str, value_len: usize) -> u64 {
         crate::engine::hint_bytes(key.len(), crate::record::HEADER_BYTES + value_len)
     }
@@ -1058,11 +1072,8 @@ mod tests {
         staller.join().unwrap();
         writer.join().unwrap();
         let counted = count.await.unwrap().unwrap();
-        let on_disk = hints.engine.hint_totals(peer).unwrap();
+        let on_disk = totals_match_the_disk(&hints, &metrics, peer);
         assert_eq!((counted, on_disk.keys), (on_disk, 2));
-        assert_eq!(hints.ledgers[1].totals(), on_disk);
-        assert_eq!(metrics.hints_pending.get(), 2);
-        assert_eq!(metrics.hints_pending_bytes.get(), on_disk.bytes as i64);
     }
 
     /// Keeps `record` for `key` of node 1 on a thread of its own, and
@@ -1123,7 +1134,7 @@ mod tests {
         keeper.join().unwrap();
         replacer.join().unwrap();
 
-        let on_disk = hints.engine.hint_totals(peer).unwrap();
+        let on_disk = totals_match_the_disk(&hints, &metrics, peer);
         assert_eq!(
             on_disk,
             HintTotals {
@@ -1131,13 +1142,6 @@ mod tests {
                 bytes: size("k", 10)
             }
         );
-        assert_eq!(
-            hints.ledgers[1].totals(),
-            on_disk,
-            "the totals are the disk's"
-        );
-        assert_eq!(metrics.hints_pending.get(), 1);
-        assert_eq!(metrics.hints_pending_bytes.get(), on_disk.bytes as i64);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1166,7 +1170,7 @@ mod tests {
         keeper.join().unwrap();
         assert!(remover.await.unwrap(), "delivered, removed");
 
-        let on_disk = hints.engine.hint_totals(peer).unwrap();
+        let on_disk = totals_match_the_disk(&hints, &metrics, peer);
         assert_eq!(
             on_disk,
             HintTotals {
@@ -1174,13 +1178,6 @@ mod tests {
                 bytes: size("other", 50)
             }
         );
-        assert_eq!(
-            hints.ledgers[1].totals(),
-            on_disk,
-            "the totals are the disk's"
-        );
-        assert_eq!(metrics.hints_pending.get(), 1);
-        assert_eq!(metrics.hints_pending_bytes.get(), on_disk.bytes as i64);
     }
 
     #[test]
@@ -1229,14 +1226,7 @@ mod tests {
         watcher.join().unwrap();
 
         assert!(metrics.hints_dropped.get() > 0, "the bounds were reached");
-        let on_disk = hints.engine.hint_totals(peer).unwrap();
-        assert_eq!(
-            hints.ledgers[1].totals(),
-            on_disk,
-            "the totals are the disk's"
-        );
-        assert_eq!(metrics.hints_pending.get(), on_disk.keys as i64);
-        assert_eq!(metrics.hints_pending_bytes.get(), on_disk.bytes as i64);
+        let on_disk = totals_match_the_disk(&hints, &metrics, peer);
         // Nothing left reserved: the bounds admit exactly what the disk
         // leaves room for.
         let room = bounds.bytes - on_disk.bytes;
