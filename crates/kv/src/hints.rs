@@ -1198,7 +1198,7 @@ mod tests {
             std::thread::spawn(move || {
                 let mut looks = 0;
                 while !done.load(std::sync::atomic::Ordering::Relaxed) || looks == 0 {
-                    let on_disk = hints.engine.hint_totals_at_one_instant(peer).unwrap();
+                    let on_disk = hints.engine.hint_totals(peer).unwrap();
                     assert!(on_disk.keys <= bounds.keys, "{on_disk:?}");
                     assert!(on_disk.bytes <= bounds.bytes, "{on_disk:?}");
                     looks += 1;
