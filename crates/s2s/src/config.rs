@@ -28,7 +28,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tidegate_listener::ListenerConfig;
 
-use crate::codec::PacketLimits;
+use crate::codec::{modified_utf8_len, PacketLimits, MAX_PEER_HOST_BYTES};
 
 /// Default port of the RAW listener (NiFi's `nifi.remote.input.socket.port`
 /// example value).
@@ -191,6 +191,23 @@ impl Default for S2sConfig {
 }
 
 impl S2sConfig {
+    /// A configuration error, naming the key, or `None`.
+    pub fn check(&self) -> Option<String> {
+        // The peer list carries the host as Java's writeUTF, and clients
+        // (NiFi's and ours) refuse a list whose host is longer than a DNS
+        // name can be; found at start-up rather than by every client.
+        if self.host.is_empty() {
+            return Some("host must not be empty".into());
+        }
+        let len = modified_utf8_len(&self.host) as u64;
+        if len > MAX_PEER_HOST_BYTES {
+            return Some(format!(
+                "host is {len} bytes; at most {MAX_PEER_HOST_BYTES} (a host name clients connect to)"
+            ));
+        }
+        None
+    }
+
     /// The packet decoder's limits.
     pub fn packet_limits(&self) -> PacketLimits {
         PacketLimits {
@@ -287,6 +304,18 @@ mod tests {
             ..a
         };
         assert_eq!(b.resolved_id(), "x");
+    }
+
+    #[test]
+    fn the_advertised_host_must_fit_a_peer_list() {
+        let mut c = S2sConfig::default();
+        assert_eq!(c.check(), None);
+        c.host = "h".repeat(MAX_PEER_HOST_BYTES as usize);
+        assert_eq!(c.check(), None);
+        c.host.push('h');
+        assert!(c.check().unwrap().starts_with("host is 256 bytes"));
+        c.host.clear();
+        assert_eq!(c.check().unwrap(), "host must not be empty");
     }
 
     #[test]

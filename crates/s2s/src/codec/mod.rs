@@ -34,6 +34,7 @@ pub use packet::{encode_packet, encode_packet_header, DataPacket, PacketLimits};
 pub use packet_decoder::PacketDecoder;
 pub use peers::{decode_peer_list, encode_peer_list, PeerInfo, MAX_PEER_HOST_BYTES};
 pub use response::{decode_response, encode_response, Response, ResponseCode};
+pub(crate) use utf::modified_utf8_len;
 pub use utf::{decode_utf, encode_utf};
 
 /// What every decoder returns: a value and the bytes it used, `None` for

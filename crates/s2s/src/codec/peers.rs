@@ -4,7 +4,7 @@
 use bytes::{BufMut, BytesMut};
 
 use super::reader::{finish, Reader};
-use super::{encode_utf, CodecError, Decoded};
+use super::{encode_utf, modified_utf8_len, CodecError, Decoded};
 
 /// Most peers a decoded list may hold.
 pub const MAX_PEERS: u64 = 10_000;
@@ -29,8 +29,28 @@ pub struct PeerInfo {
     pub flow_file_count: i32,
 }
 
-/// Appends a peer list.
+/// Appends a peer list, or nothing when a host name is longer than
+/// [`MAX_PEER_HOST_BYTES`] or there are more than [`MAX_PEERS`] peers: a
+/// client (ours included) would refuse the whole list.
 pub fn encode_peer_list(peers: &[PeerInfo], out: &mut BytesMut) -> Result<(), CodecError> {
+    if peers.len() as u64 > MAX_PEERS {
+        return Err(CodecError::TooLarge {
+            what: "peers",
+            value: peers.len() as u64,
+            limit: MAX_PEERS,
+        });
+    }
+    if let Some(len) = peers
+        .iter()
+        .map(|p| modified_utf8_len(&p.host) as u64)
+        .find(|&len| len > MAX_PEER_HOST_BYTES)
+    {
+        return Err(CodecError::TooLarge {
+            what: "peer host",
+            value: len,
+            limit: MAX_PEER_HOST_BYTES,
+        });
+    }
     out.put_i32(peers.len() as i32);
     for p in peers {
         encode_utf(&p.host, out)?;
@@ -112,6 +132,18 @@ mod tests {
                 limit: MAX_PEER_HOST_BYTES,
             })
         );
+        // Nor does the encoder write one: it refuses and writes nothing.
+        let mut refused = BytesMut::new();
+        let too_long = "h".repeat(MAX_PEER_HOST_BYTES as usize + 1);
+        assert_eq!(
+            encode_peer_list(&[peer(&host), peer(&too_long)], &mut refused),
+            Err(CodecError::TooLarge {
+                what: "peer host",
+                value: MAX_PEER_HOST_BYTES + 1,
+                limit: MAX_PEER_HOST_BYTES,
+            })
+        );
+        assert!(refused.is_empty());
         let mut longest = vec![0, 0, 0, 1, 0xff, 0xff];
         longest.resize(6 + 65_535, b'h');
         assert!(decode_peer_list(&longest).is_err());

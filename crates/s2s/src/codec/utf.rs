@@ -41,7 +41,7 @@ pub fn decode_utf(buf: &[u8]) -> Decoded<String> {
     finish(v, r.pos())
 }
 
-fn modified_utf8_len(s: &str) -> usize {
+pub(crate) fn modified_utf8_len(s: &str) -> usize {
     s.encode_utf16()
         .map(|u| match u {
             0x0001..=0x007f => 1,

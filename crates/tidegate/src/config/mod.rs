@@ -244,6 +244,9 @@ fn check(c: &Config, path: &Path) -> Result<(), ConfigError> {
     if let Some(m) = c.push.check() {
         return Err(inconsistent(format!("[push] {m}")));
     }
+    if let Some(m) = c.s2s.check() {
+        return Err(inconsistent(format!("[s2s] {m}")));
+    }
     if c.hub.max_inflight_bytes == 0 {
         return Err(inconsistent("[hub] max_inflight_bytes must be > 0".into()));
     }
