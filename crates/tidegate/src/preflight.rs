@@ -243,6 +243,27 @@ pub fn summary(p: &Prepared) -> String {
             c.topics
         ));
     }
+    if let Some(k) = &p.config.kv {
+        let cluster = if k.nodes.is_empty() {
+            "one node".to_owned()
+        } else {
+            format!(
+                "{} nodes, self = {}, cluster_secret {}",
+                k.nodes.len(),
+                k.self_url.as_deref().unwrap_or("(unset)"),
+                if k.cluster_secret.is_some() {
+                    "set"
+                } else {
+                    "unset"
+                }
+            )
+        };
+        out.push_str(&format!(
+            "  [kv] on [http] data_dir = {} sync = {} {cluster}\n",
+            k.data_dir.display(),
+            k.sync
+        ));
+    }
     out.push_str(&format!(
         "  [hub] max_inflight_bytes = {}\n",
         p.config.hub.max_inflight_bytes

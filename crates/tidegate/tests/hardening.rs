@@ -117,7 +117,9 @@ fn missing_tls_files_stop_start_up_before_any_port_opens() {
 #[test]
 fn config_check_passes_a_good_file_and_refuses_unknown_keys_and_unset_variables() {
     let dir = tempfile::tempdir().unwrap();
-    let good = write_config(&dir, &config_on_free_ports(free_addr(), ""));
+    let data_dir = dir.path().join("kv");
+    let kv = format!("[kv]\ndata_dir = {:?}\nsync = \"always\"\n", data_dir);
+    let good = write_config(&dir, &config_on_free_ports(free_addr(), &kv));
     let out = Command::new(EXE)
         .args(["config", "--check", "--config"])
         .arg(&good)
@@ -128,7 +130,13 @@ fn config_check_passes_a_good_file_and_refuses_unknown_keys_and_unset_variables(
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("configuration ok"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("configuration ok"), "{stdout}");
+    let kv_line = format!(
+        "[kv] on [http] data_dir = {} sync = always one node",
+        data_dir.display()
+    );
+    assert!(stdout.contains(&kv_line), "{stdout}");
 
     for (text, expect) in [
         ("[forward]\nmax_conections = 5\n", "forward.max_conections"),
