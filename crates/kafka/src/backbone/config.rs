@@ -231,11 +231,16 @@ impl ClusterConfig {
 
     /// The producer side as a `[sinks.kafka]`-like section (the sink's
     /// guarantees: idempotent, `acks=all`); its queue bound counts
-    /// bundles.
+    /// bundles. It passes [`KafkaConfig::check`] whenever [`Self::check`]
+    /// passes: the stall watch's quiet time grows with `linger_ms`, which
+    /// `[cluster]` has no key of its own for, so a long linger never
+    /// surfaces as an error about `[sinks.kafka]`.
     pub fn producer_config(&self) -> KafkaConfig {
         KafkaConfig {
             topic: self.topic.clone(),
             linger_ms: self.linger_ms,
+            stall_timeout_ms: KafkaConfig::DEFAULT_STALL_TIMEOUT_MS
+                .max(self.linger_ms.saturating_add(1_000)),
             queue_max_messages: (self.queue_max_messages / 256).max(16),
             properties: self.properties.clone(),
             ..KafkaConfig::for_brokers(self.brokers.clone())
@@ -330,6 +335,19 @@ mod tests {
         assert_eq!(k.topic, ClusterConfig::DEFAULT_TOPIC);
         assert_eq!(k.linger_ms, 0);
         k.client_config().unwrap();
+        k.check().unwrap();
+    }
+
+    #[test]
+    fn a_long_linger_gives_the_producer_a_longer_stall_timeout_not_an_error() {
+        let c = ClusterConfig {
+            linger_ms: 45_000,
+            ..ClusterConfig::default()
+        };
+        c.check().unwrap();
+        let k = c.producer_config();
+        assert_eq!(k.stall_timeout_ms, 46_000);
+        k.check().unwrap();
     }
 
     #[test]
