@@ -95,15 +95,11 @@ async fn receiver_process() {
     srv.with_ports(ports).run(hub, shutdown).await.unwrap();
 }
 
-/// Two distinct free ports: both listeners are held until both are picked
-/// (picked one at a time, the OS may hand out the same port twice).
+/// Two distinct free ports for the receiver process, from below the
+/// ephemeral range ([`tidegate_testkit::free_ports`]).
 fn free_ports() -> (u16, u16) {
-    let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    (
-        a.local_addr().unwrap().port(),
-        b.local_addr().unwrap().port(),
-    )
+    let [a, b] = tidegate_testkit::free_ports();
+    (a.port(), b.port())
 }
 
 async fn spawn_receiver(raw: u16, http: u16, file: &Path) -> Child {

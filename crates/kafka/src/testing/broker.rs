@@ -8,7 +8,6 @@
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::OnceLock;
@@ -349,16 +348,11 @@ fn write(path: PathBuf, text: &str) -> Result<(), TestBrokerError> {
         .map_err(|e| TestBrokerError::io(format!("writing {}", path.display()), e))
 }
 
-/// Two distinct loopback ports free right now.
+/// Two distinct loopback ports for the broker and its controller, from
+/// below the ephemeral range ([`tidegate_testkit::free_addrs`]): the JVM
+/// binds them seconds later, and a port in the ephemeral range could be
+/// taken meanwhile as some connection's source port.
 fn free_ports() -> Result<(u16, u16), TestBrokerError> {
-    let bind = || {
-        TcpListener::bind("127.0.0.1:0").map_err(|e| TestBrokerError::io("finding a free port", e))
-    };
-    let (a, b) = (bind()?, bind()?);
-    let port = |l: &TcpListener| {
-        l.local_addr()
-            .map(|a| a.port())
-            .map_err(|e| TestBrokerError::io("finding a free port", e))
-    };
-    Ok((port(&a)?, port(&b)?))
+    let [a, b] = tidegate_testkit::free_ports();
+    Ok((a.port(), b.port()))
 }

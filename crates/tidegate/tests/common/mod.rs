@@ -4,65 +4,13 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
-use std::net::SocketAddr;
 use std::process::{Child, Command, Output};
 
 /// The `tidegate` binary under test.
 pub const EXE: &str = env!("CARGO_BIN_EXE_tidegate");
 
-/// Where test ports are picked: below Linux's ephemeral range (32768 and
-/// up), where the kernel takes the source ports of outgoing connections.
-/// A port picked with `bind(0)` and released lies in that range, and while
-/// the test was starting a server on it, any connection of a test running
-/// beside it could take it as its source port: the server's bind then
-/// failed with "Address already in use" (seen in CI). Also clear of the
-/// defaults (8080, 9998, 10000, 11111, 24224).
-const TEST_PORTS: std::ops::Range<u16> = 12_000..24_000;
-
-/// Every port this test process handed out: never one twice, whatever
-/// each test does with its ports meanwhile.
-static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
-    std::sync::Mutex::new(std::collections::BTreeSet::new());
-
-/// A free loopback address (bound, then released; see [`free_addrs`]).
-pub fn free_addr() -> SocketAddr {
-    free_addrs(1)[0]
-}
-
-/// `n` distinct free loopback addresses from [`TEST_PORTS`], each bound to
-/// check it is free and held until every port is picked, and never handed
-/// out twice by this process (with one `bind(0)` per port, the OS sometimes
-/// gave one port twice, and a cluster test got a node list naming one
-/// address twice).
-pub fn free_addrs(n: usize) -> Vec<SocketAddr> {
-    use std::hash::{BuildHasher, Hasher};
-    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
-    let mut held: Vec<std::net::TcpListener> = Vec::with_capacity(n);
-    let span = u64::from(TEST_PORTS.end - TEST_PORTS.start);
-    let mut tries = 0u32;
-    while held.len() < n {
-        tries += 1;
-        assert!(tries < 100_000, "no free test port left in {TEST_PORTS:?}");
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u32(tries);
-        let port = TEST_PORTS.start + (h.finish() % span) as u16;
-        if handed_out.contains(&port) {
-            continue;
-        }
-        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
-            handed_out.insert(port);
-            held.push(l);
-        }
-    }
-    held.iter().map(|l| l.local_addr().unwrap()).collect()
-}
-
-/// [`free_addrs`] as an array, for `let [http, wire] = free_ports();`.
-pub fn free_ports<const N: usize>() -> [SocketAddr; N] {
-    free_addrs(N)
-        .try_into()
-        .expect("free_addrs returns N addresses")
-}
+#[allow(unused_imports)] // each test binary uses its own subset
+pub use tidegate_testkit::{free_addr, free_addrs, free_ports};
 
 /// A `tidegate serve` child, killed with SIGKILL when dropped; its config and
 /// log (`serve.log`) live in `dir`.
