@@ -157,7 +157,13 @@ impl Engine {
             .worker_threads(storage_workers(available_cores()))
             .cache_size(sizes.cache_bytes)
             .manual_journal_persist(manual)
-            .open()?;
+            .open()
+            .map_err(|e| match e {
+                fjall::Error::Locked => KvError::DataDirInUse {
+                    path: dir.display().to_string(),
+                },
+                e => KvError::Storage(e),
+            })?;
         let data = db.keyspace(KEYSPACE, || {
             KeyspaceCreateOptions::default()
                 .manual_journal_persist(manual)
@@ -583,6 +589,20 @@ mod tests {
         assert_eq!(storage_workers(3), 3);
         assert_eq!(storage_workers(4), 4);
         assert_eq!(storage_workers(64), 4);
+    }
+
+    #[test]
+    fn a_data_dir_another_engine_holds_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = Engine::open(dir.path(), SyncPolicy::None).unwrap();
+        let err = Engine::open(dir.path(), SyncPolicy::None)
+            .err()
+            .expect("the second open is refused")
+            .to_string();
+        assert!(
+            err.starts_with(&format!("[kv] data_dir {} is in use", dir.path().display())),
+            "{err}"
+        );
     }
 
     #[test]

@@ -17,6 +17,12 @@ pub enum KvError {
     /// The local engine failed.
     #[error("kv storage: {0}")]
     Storage(#[from] fjall::Error),
+    /// Another process has the data directory open (fjall's lock file).
+    #[error("[kv] data_dir {path} is in use by another process (a tidegate already serving this configuration?)")]
+    DataDirInUse {
+        /// The directory.
+        path: String,
+    },
     /// The data directory cannot be created.
     #[error("[kv] data_dir {path}: {source}")]
     DataDir {
