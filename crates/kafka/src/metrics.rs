@@ -15,6 +15,10 @@ pub struct KafkaMetrics {
     pub delivered: Counter,
     /// Messages that failed (delivery error or refused by the producer).
     pub failed: Counter,
+    /// Of `failed`, the messages the producer refused when handed over
+    /// (too large, unknown partition…): never in librdkafka's queue, so no
+    /// delivery report, and no sign that the producer is alive.
+    pub refused: Counter,
     /// Sends that had to wait because the queue was full.
     pub queue_full_waits: Counter,
     /// Messages handed over and not yet acknowledged or failed.
@@ -45,6 +49,11 @@ impl KafkaMetrics {
             "kafka_failed",
             "Messages the Kafka sink failed",
             self.failed.clone(),
+        );
+        metrics.register(
+            "kafka_refused",
+            "Messages the Kafka producer refused when handed over (also counted in kafka_failed)",
+            self.refused.clone(),
         );
         metrics.register(
             "kafka_queue_full_waits",

@@ -53,6 +53,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::Producer as _;
 
 use crate::delivery::Acknowledger;
+use crate::metrics::KafkaMetrics;
 use crate::producer::{Generation, ProducerFactory, ProducerSlot};
 use crate::record::{InFlight, RecordShape};
 use crate::sink::QUEUE_FULL_RETRY;
@@ -68,6 +69,14 @@ pub const RECREATE_MIN_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a producer replaced for a stall may report what it sent: it
 /// reported nothing for the whole stall, so waiting longer gains nothing.
 pub const STALL_DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Delivery reports so far: each one moves one of these counters (a
+/// report of a replaced producer, once its record is produced again). A
+/// record the producer refused on hand-over counts as failed but is no
+/// report: a stalled producer refusing oversized records is still stalled.
+fn reports(m: &KafkaMetrics) -> u64 {
+    (m.delivered.get() + m.failed.get() + m.resent.get()).saturating_sub(m.refused.get())
+}
 
 /// The quiet time that makes the next stall, after a replacement: the
 /// same when something was delivered since the one before, else double,
@@ -276,11 +285,9 @@ impl Recovery {
         }
     }
 
-    /// Every delivery report so far: each one moves one of these counters
-    /// (a report of a replaced producer, once its record is produced again).
+    /// Every delivery report so far (see [`reports`]).
     fn reports(&self) -> u64 {
-        let m = &self.acks.metrics;
-        m.delivered.get() + m.failed.get() + m.resent.get()
+        reports(&self.acks.metrics)
     }
 
     /// Replaces the producer when it held records for the stall timeout
@@ -451,7 +458,6 @@ mod tests {
     use crate::config::KafkaConfig;
     use crate::health::BrokerLink;
     use crate::room::Room;
-    use crate::KafkaMetrics;
     use tidegate_hub::{AckGroup, DeliveryError, Message};
 
     /// A recovery thread's state around a producer for `127.0.0.1:1`
@@ -490,6 +496,20 @@ mod tests {
             token: group.token(),
             handed_over: Instant::now().checked_sub(age).expect("a past instant"),
         })
+    }
+
+    #[test]
+    fn a_refused_hand_over_is_no_delivery_report() {
+        let m = KafkaMetrics::default();
+        m.delivered.inc();
+        m.resent.inc();
+        m.failed.inc(); // a failed delivery report
+        assert_eq!(reports(&m), 3);
+        // A record the producer refused: failed, but librdkafka said
+        // nothing about the records it holds.
+        m.failed.inc();
+        m.refused.inc();
+        assert_eq!(reports(&m), 3);
     }
 
     #[test]

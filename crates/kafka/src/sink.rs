@@ -197,6 +197,7 @@ impl KafkaSink {
                 }
                 Handed::Refused(back, e) => {
                     self.metrics.failed.inc();
+                    self.metrics.refused.inc();
                     back.delivery_opaque
                         .token
                         .complete(Err(tidegate_hub::DeliveryError::Failed {
