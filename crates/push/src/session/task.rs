@@ -97,6 +97,9 @@ pub async fn run(
                         // Cut short by the shutdown: the close may still go.
                         break End::Shutdown;
                     }
+                    // A socket that failed or stalled this long gets no
+                    // close frame: trying would only wait again.
+                    ws = None;
                     break End::Lost("websocket write failed or stalled past pingTimeout".into());
                 }
                 flush.done();
@@ -240,7 +243,11 @@ async fn go_away(
             *ws = session.take_ws_writer();
         }
         if let Some(tx) = ws.as_mut() {
-            write_outbox(tx, session, written, crate::shutdown::FLUSH_WAIT, bound).await;
+            if !write_outbox(tx, session, written, crate::shutdown::FLUSH_WAIT, bound).await {
+                // Failed, or stalled for the whole wait: the close frame
+                // would stall too.
+                *ws = None;
+            }
             return;
         }
         if session.outbox_len() == 0 {
