@@ -146,7 +146,7 @@ struct LedgerTotals {
 
 /// Why [`ChangeGuard::reserve`] turned a change down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Refused {
+pub struct OverBound {
     /// The bound it would cross.
     pub bound: Exceeded,
     /// The node's totals it was checked against (changes in flight
@@ -256,10 +256,10 @@ impl ChangeGuard<'_> {
         &self,
         bounds: &HintBounds,
         change: HintChange,
-    ) -> Result<Reservation<'_>, Refused> {
+    ) -> Result<Reservation<'_>, OverBound> {
         let mut totals = self.ledger.totals.lock();
         let counted = totals.counted;
-        bounds.admits(counted, change).map_err(|bound| Refused {
+        bounds.admits(counted, change).map_err(|bound| OverBound {
             bound,
             totals: counted,
         })?;
@@ -489,7 +489,7 @@ mod tests {
         assert_eq!((keys.get(), bytes.get()), (1, 800));
         assert_eq!(
             guard.reserve(&BOUNDS, new_hint(51)).map(drop),
-            Err(Refused {
+            Err(OverBound {
                 bound: Exceeded::Bytes,
                 totals: totals(2, 950),
             })
@@ -497,7 +497,7 @@ mod tests {
         let second = guard.reserve(&BOUNDS, new_hint(50)).unwrap();
         assert_eq!(
             guard.reserve(&BOUNDS, new_hint(0)).map(drop),
-            Err(Refused {
+            Err(OverBound {
                 bound: Exceeded::Keys,
                 totals: totals(3, 1000),
             })
@@ -518,7 +518,7 @@ mod tests {
         let growing = replacing(60, 50);
         assert_eq!(
             guard.reserve(&BOUNDS, growing).map(drop),
-            Err(Refused {
+            Err(OverBound {
                 bound: Exceeded::Bytes,
                 totals: totals(3, 1000),
             })

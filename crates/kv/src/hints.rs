@@ -315,11 +315,11 @@ impl Hints {
         // hold them yet). Held shared, so that a recount of the node waits
         // for this change.
         let ledger = self.ledgers[node].change();
-        let mut refused = None;
+        let mut over_bound = None;
         let admit = |change| {
             ledger
                 .reserve(&self.bounds, change)
-                .map_err(|why| refused = Some(why))
+                .map_err(|why| over_bound = Some(why))
                 .ok()
         };
         let put = self
@@ -334,10 +334,10 @@ impl Hints {
                 // it covers this write.
                 self.metrics.hints_stored.inc();
             }
-            Ok(HintPut::Refused(change)) => {
+            Ok(HintPut::NotAdmitted(change)) => {
                 self.metrics.hints_dropped.inc();
                 if let Some(unlogged) = due(&self.warnings[node].dropped) {
-                    let (bound, totals) = refused.map_or(("", HintTotals::default()), |r| {
+                    let (bound, totals) = over_bound.map_or(("", HintTotals::default()), |r| {
                         (r.bound.as_str(), r.totals)
                     });
                     tracing::warn!(

@@ -29,7 +29,7 @@ pub enum HintPut {
     /// written, nothing changed.
     NotNewer,
     /// The caller's `admit` turned this change down: nothing written.
-    Refused(HintChange),
+    NotAdmitted(HintChange),
 }
 
 /// Hints read for one node ([`Engine::hints_for`]).
@@ -117,7 +117,7 @@ impl Engine {
             replaced: current.map(|v| hint_bytes(key.len(), v.len())),
         };
         let Some(reservation) = admit(change) else {
-            return Ok(HintPut::Refused(change));
+            return Ok(HintPut::NotAdmitted(change));
         };
         self.hints.insert(&hint_key, record.encode().as_ref())?;
         written(reservation);
