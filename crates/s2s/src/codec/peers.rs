@@ -30,7 +30,7 @@ pub struct PeerInfo {
 }
 
 /// Appends a peer list, or nothing when a host name is longer than
-/// [`MAX_PEER_HOST_BYTES`] or there are more than [`MAX_PEERS`] peers: a
+/// [`MAX_PEER_HOST_BYTES`] or there are more than 10,000 (`MAX_PEERS`) peers: a
 /// client (ours included) would refuse the whole list.
 pub fn encode_peer_list(peers: &[PeerInfo], out: &mut BytesMut) -> Result<(), CodecError> {
     if peers.len() as u64 > MAX_PEERS {
