@@ -116,13 +116,7 @@ impl Record {
     /// value's expiry; `None` for a value that never expires. Purging
     /// counts the grace period from here.
     pub fn dead_since(&self) -> Option<u64> {
-        if self.tombstone {
-            Some(self.timestamp)
-        } else if self.expires_at != 0 {
-            Some(self.expires_at)
-        } else {
-            None
-        }
+        dead_since(self.tombstone, self.timestamp, self.expires_at)
     }
 
     /// Whether the encoded record carries `expires_at`.
@@ -281,6 +275,11 @@ impl<'a> RecordView<'a> {
         }
     }
 
+    /// [`Record::dead_since`].
+    pub fn dead_since(&self) -> Option<u64> {
+        dead_since(self.tombstone, self.timestamp, self.expires_at)
+    }
+
     /// Last-write-wins order ([`Record::lww_cmp`]).
     pub fn lww_cmp(&self, other: &RecordView<'_>) -> Ordering {
         self.timestamp
@@ -289,6 +288,17 @@ impl<'a> RecordView<'a> {
             .then_with(|| self.value.cmp(other.value))
             .then(self.expires_at.cmp(&other.expires_at))
             .then(self.replicas.cmp(&other.replicas))
+    }
+}
+
+/// When a record with these fields became (or becomes) dead.
+fn dead_since(tombstone: bool, timestamp: u64, expires_at: u64) -> Option<u64> {
+    if tombstone {
+        Some(timestamp)
+    } else if expires_at != 0 {
+        Some(expires_at)
+    } else {
+        None
     }
 }
 
@@ -319,6 +329,12 @@ mod tests {
         #[test]
         fn encode_then_decode_is_identity(r in any_record()) {
             prop_assert_eq!(Record::decode(r.encode()).unwrap(), r);
+        }
+
+        #[test]
+        fn a_view_dies_when_its_record_does(r in any_record()) {
+            let bytes = r.encode();
+            prop_assert_eq!(RecordView::parse(&bytes).unwrap().dead_since(), r.dead_since());
         }
 
         #[test]

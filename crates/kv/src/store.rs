@@ -108,6 +108,7 @@ impl KvStore {
             metrics.register(hub.metrics());
             engine.write_groups().register(hub.metrics());
             engine.storage_slot().register(hub.metrics());
+            engine.dead_records().register(hub.metrics());
         }
         let hint_bounds = HintBounds {
             keys: MAX_HINTS_PER_NODE,
