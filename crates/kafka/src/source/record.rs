@@ -21,8 +21,9 @@ pub const ATTR_PARTITION: &str = "kafka.partition";
 pub const ATTR_OFFSET: &str = "kafka.offset";
 
 /// Headers carried per record; more are dropped (attributes are meant to be
-/// a handful, and each costs two allocations per delivery).
-pub const MAX_HEADERS: usize = 64;
+/// a handful, and each costs two allocations per delivery). The same bound
+/// as a backbone record's.
+pub const MAX_HEADERS: usize = tidegate_hub::backbone::record::MAX_HEADERS;
 
 /// A record turned into a hub message.
 #[derive(Debug)]
