@@ -70,6 +70,9 @@ pub const RECREATE_MIN_INTERVAL: Duration = Duration::from_secs(1);
 /// reported nothing for the whole stall, so waiting longer gains nothing.
 pub const STALL_DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Longest the stall's metadata probe waits for a broker.
+const STALL_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Delivery reports so far: each one moves one of these counters (a
 /// report of a replaced producer, once its record is produced again). A
 /// record the producer refused on hand-over counts as failed but is no
@@ -319,6 +322,7 @@ impl Recovery {
             held = self.acks.room.taken(),
             quiet_ms = now.duration_since(watch.quiet_since).as_millis() as u64,
             generation = self.slot.number(),
+            brokers = %self.metadata_probe(),
             "Kafka producer reported no delivery while holding records; replacing it"
         );
         self.acks.metrics.producer_stalls.inc();
@@ -332,6 +336,31 @@ impl Recovery {
         watch.delivered_then = self.acks.metrics.delivered.get();
         watch.reports = self.reports();
         watch.quiet_since = Instant::now();
+    }
+
+    /// What the stalled producer's own client can learn from the brokers
+    /// within [`STALL_PROBE_TIMEOUT`], for the stall's log line: how such a
+    /// stall comes about is not known yet (it was seen after a broker
+    /// outage, and not reproduced since), and whether the client still
+    /// reaches a broker is the first thing to know.
+    fn metadata_probe(&self) -> String {
+        let generation = self.slot.load();
+        match generation
+            .producer
+            .client()
+            .fetch_metadata(None, STALL_PROBE_TIMEOUT)
+        {
+            Ok(m) => format!(
+                "{} broker(s) answered metadata: {}",
+                m.brokers().len(),
+                m.brokers()
+                    .iter()
+                    .map(|b| format!("{}:{}", b.host(), b.port()))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            Err(e) => format!("no metadata within {STALL_PROBE_TIMEOUT:?}: {e}"),
+        }
     }
 
     /// Replaces generation `dead`, unless that already happened.
