@@ -61,6 +61,9 @@ struct Inner {
     client: ReplicaClient,
     secret: Option<Bytes>,
     replica_timeout: Duration,
+    /// `[kv] tombstone_grace_ms`: a record dead for longer may be purged
+    /// on any replica, so a replica without it is not stale.
+    tombstone_grace: Duration,
     last_stamp: AtomicU64,
     hub: Option<Hub>,
     hints: Arc<Hints>,
@@ -143,6 +146,7 @@ impl KvStore {
                 client,
                 secret,
                 replica_timeout,
+                tombstone_grace: Duration::from_millis(config.tombstone_grace_ms),
                 last_stamp: AtomicU64::new(0),
                 hub,
                 hints,
@@ -368,9 +372,10 @@ impl KvStore {
             // write must not copy the key to more nodes than it was
             // written to.
             let owners = store.inner.ring.owners(&key, newest.replicas);
-            let stale = |node: usize, r: &Option<Record>| match r {
-                Some(r) => newest.supersedes(r),
-                None => owners.contains(&node),
+            let grace = u64::try_from(store.inner.tombstone_grace.as_nanos()).unwrap_or(u64::MAX);
+            let purge_cutoff = now_ns().saturating_sub(grace);
+            let stale = |node: usize, r: &Option<Record>| {
+                stale_replica(&newest, r.as_ref(), owners.contains(&node), purge_cutoff)
             };
             let mut targets: Vec<usize> = seen
                 .iter()
@@ -618,6 +623,29 @@ fn sorted_place(config: &KvConfig) -> usize {
     nodes.iter().position(|n| *n == me).unwrap_or(0)
 }
 
+/// Whether a replica holding `held` (`None`: nothing) is stale against the
+/// `newest` version a read saw: it holds an older version, or none while
+/// it is one of the key's replicas under the newest record's own `from`
+/// (`is_owner`; a read with a larger `from` than the write must not copy
+/// the key to more nodes than it was written to). A replica holding
+/// nothing is not stale when `newest` died before `purge_cutoff_ns` (now
+/// minus the grace period): any replica may have purged it by now (its
+/// compactions do), and writing it back would only undo that purge, on
+/// every read, until the last replica purged it too. An older version is
+/// still overwritten with it, dead or not: that keeps a deleted value
+/// from coming back.
+fn stale_replica(
+    newest: &Record,
+    held: Option<&Record>,
+    is_owner: bool,
+    purge_cutoff_ns: u64,
+) -> bool {
+    match held {
+        Some(r) => newest.supersedes(r),
+        None => is_owner && newest.dead_since().is_none_or(|t| t >= purge_cutoff_ns),
+    }
+}
+
 /// The last-write-wins winner of `records`.
 fn newest_of<'a>(records: impl Iterator<Item = &'a Record>) -> Option<&'a Record> {
     records.fold(None, |best, r| match best {
@@ -629,6 +657,26 @@ fn newest_of<'a>(records: impl Iterator<Item = &'a Record>) -> Option<&'a Record
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replica_without_a_record_dead_past_the_grace_is_not_repaired() {
+        let value = Record::value(10, Bytes::from_static(b"v"));
+        let tombstone = Record::tombstone(20);
+        let cutoff = 100;
+        // Live newest: an owner holding nothing or an older version is stale.
+        assert!(stale_replica(&value, None, true, cutoff));
+        assert!(!stale_replica(&value, None, false, cutoff));
+        assert!(!stale_replica(&value, Some(&value), true, cutoff));
+        // A tombstone still within the grace: holding nothing is stale.
+        assert!(stale_replica(&tombstone, None, true, 15));
+        // Dead past the grace: holding nothing is fine (purged), holding
+        // the older value is not (the value must not come back).
+        assert!(!stale_replica(&tombstone, None, true, cutoff));
+        assert!(stale_replica(&tombstone, Some(&value), true, cutoff));
+        let expired = Record::value(30, Bytes::from_static(b"x")).with_expiry(40);
+        assert!(!stale_replica(&expired, None, true, cutoff));
+        assert!(stale_replica(&expired, None, true, 40));
+    }
 
     #[test]
     fn replicas_get_distinct_memtable_sizes_within_half_again() {

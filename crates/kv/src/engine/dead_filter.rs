@@ -1,10 +1,12 @@
 //! Dead records purged by the storage engine's own compactions.
 //!
 //! A tombstone (or a value whose TTL expired) dead for longer than
-//! `tombstone_grace_ms` is already treated as absent everywhere: reads,
-//! Merkle trees and anti-entropy streams leave it out (docs/kv.md,
-//! "Tombstones and their grace period"). What is left is giving its disk
-//! space back. The maintenance thread's purge pass does that by reading
+//! `tombstone_grace_ms` may go: a read answers 404 with or without it,
+//! Merkle trees and anti-entropy streams leave it out, and read repair
+//! does not copy it to a replica that holds nothing for the key (docs/kv.md,
+//! "Tombstones and their grace period"). Until it goes, a write stamped
+//! before it still loses to it. What is left is giving its disk space
+//! back. The maintenance thread's purge pass does that by reading
 //! the whole keyspace; this filter does it for free while fjall rewrites
 //! the tables anyway, so the pass is only a backstop for data that no
 //! compaction touches (see [`super::MAX_PURGE_INTERVAL`]).
@@ -112,6 +114,8 @@ impl CompactionFilter for DeadRecordFilter {
         })
     }
 
+    /// Called once the compaction has merged, before its tables are
+    /// installed: a compaction that fails after that still counts.
     fn finish(self: Box<Self>) {
         self.shared.by_compaction.inc_by(self.purged);
     }
