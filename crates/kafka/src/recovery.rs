@@ -310,8 +310,10 @@ impl Recovery {
         // waiting for its own recreation is not a stall.
         let holding = self.acks.room.taken() > 0 && self.slot.load().producer.in_flight_count() > 0;
         let young = now.duration_since(self.installed) < stall;
-        if reports != watch.reports || !holding || young || self.inbox.fatal_pending() {
-            watch.reports = reports;
+        // Counters only grow; `reports` dips by one for a moment while a
+        // refusal is counted (refused before failed), which is no report.
+        if reports > watch.reports || !holding || young || self.inbox.fatal_pending() {
+            watch.reports = watch.reports.max(reports);
             watch.quiet_since = now;
             return;
         }
@@ -334,7 +336,7 @@ impl Recovery {
             self.message_timeout,
         );
         watch.delivered_then = self.acks.metrics.delivered.get();
-        watch.reports = self.reports();
+        watch.reports = watch.reports.max(self.reports());
         watch.quiet_since = Instant::now();
     }
 
@@ -345,19 +347,22 @@ impl Recovery {
     /// reaches a broker is the first thing to know.
     fn metadata_probe(&self) -> String {
         let generation = self.slot.load();
+        // Ids and ports only: rdkafka's host-name accessors panic on a name
+        // that is not UTF-8, and this thread must not die.
         match generation
             .producer
             .client()
             .fetch_metadata(None, STALL_PROBE_TIMEOUT)
         {
             Ok(m) => format!(
-                "{} broker(s) answered metadata: {}",
+                "metadata from broker id {}; the cluster lists {} broker(s): {}",
+                m.orig_broker_id(),
                 m.brokers().len(),
                 m.brokers()
                     .iter()
-                    .map(|b| format!("{}:{}", b.host(), b.port()))
+                    .map(|b| format!("id {} port {}", b.id(), b.port()))
                     .collect::<Vec<_>>()
-                    .join(",")
+                    .join(", ")
             ),
             Err(e) => format!("no metadata within {STALL_PROBE_TIMEOUT:?}: {e}"),
         }

@@ -196,8 +196,11 @@ impl KafkaSink {
                     self.slot.replaced_after(number).await;
                 }
                 Handed::Refused(back, e) => {
-                    self.metrics.failed.inc();
+                    // `refused` first: the stall watch subtracts it from
+                    // the reports, and in between it sees one fewer (no
+                    // progress) rather than one more.
                     self.metrics.refused.inc();
+                    self.metrics.failed.inc();
                     back.delivery_opaque
                         .token
                         .complete(Err(tidegate_hub::DeliveryError::Failed {

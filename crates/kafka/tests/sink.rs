@@ -9,7 +9,7 @@ use std::time::Duration;
 use rdkafka::message::{Headers, Message as _};
 use tidegate_hub::{AckGroup, DeliveryError, Message, Sink};
 use tidegate_kafka::testing::{hub_routing_to, read_topic, TestBroker};
-use tidegate_kafka::{KafkaConfig, KafkaSink};
+use tidegate_kafka::{KafkaConfig, KafkaSink, PropertyValue};
 
 fn shared_broker() -> &'static TestBroker {
     TestBroker::shared().expect("start the test broker (run scripts/setup/kafka.sh)")
@@ -180,8 +180,38 @@ async fn a_full_queue_makes_send_wait_and_an_unreachable_broker_fails_acks() {
         "{result:?}"
     );
     assert_eq!(sink.metrics().failed.get(), 5);
+    // Failed by their delivery reports, not refused when handed over.
+    assert_eq!(sink.metrics().refused.get(), 0);
     assert_eq!(sink.metrics().delivered.get(), 0);
     assert!(!sink.is_full());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_the_producer_refuses_fails_at_once_and_is_counted_as_refused() {
+    // librdkafka refuses a record over message.max.bytes when it is handed
+    // over, before any broker is asked (none listens on this port).
+    let port = tidegate_testkit::free_addr().port();
+    let mut config = KafkaConfig::for_brokers(format!("127.0.0.1:{port}"));
+    config
+        .properties
+        .insert("message.max.bytes".into(), PropertyValue::Integer(1_000));
+    let sink = KafkaSink::new(config).unwrap();
+    let group = AckGroup::new();
+    sink.send(
+        Arc::new(Message::new("t.x", "x".repeat(5_000))),
+        group.token(),
+    )
+    .await;
+    let result = tokio::time::timeout(Duration::from_secs(2), group.wait())
+        .await
+        .expect("a refused record fails at once");
+    assert!(
+        matches!(&result, Err(DeliveryError::Failed { reason, .. }) if reason.contains("too large")),
+        "{result:?}"
+    );
+    assert_eq!(sink.metrics().failed.get(), 1);
+    assert_eq!(sink.metrics().refused.get(), 1);
+    assert_eq!(sink.metrics().in_flight.get(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -113,6 +113,9 @@ impl ClusterConfig {
     /// linger 2 with a 1 ms bundle linger +10.4/+14.3 ms and +9.7 ms
     /// (BENCHMARKS.md, cluster).
     pub const DEFAULT_LINGER_MS: u32 = 0;
+    /// Longest `linger_ms`: librdkafka's limit for `linger.ms`.
+    pub const MAX_LINGER_MS: u32 = 900_000;
+
     /// Default `bundle_linger_ms`: 2 (see [`Self::DEFAULT_LINGER_MS`]).
     pub const DEFAULT_BUNDLE_LINGER_MS: u32 = 2;
     /// Default `queue_max_messages`.
@@ -191,6 +194,9 @@ impl ClusterConfig {
         }
         if self.queue_max_messages == 0 {
             return Err(ClusterConfigError::ZeroQueue);
+        }
+        if self.linger_ms > Self::MAX_LINGER_MS {
+            return Err(ClusterConfigError::LingerTooLong(self.linger_ms));
         }
         let section = Section {
             name: "cluster",
@@ -301,6 +307,9 @@ pub enum ClusterConfigError {
     /// `node` with whitespace or control characters.
     #[error("[cluster] node {0:?} contains whitespace or control characters")]
     BadNode(String),
+    /// `linger_ms` over librdkafka's own maximum.
+    #[error("[cluster] linger_ms = {0}: at most 900000 (librdkafka's linger.ms limit)")]
+    LingerTooLong(u32),
     /// `queue_max_messages = 0`.
     #[error("[cluster] queue_max_messages must be at least 1")]
     ZeroQueue,
@@ -348,6 +357,20 @@ mod tests {
         let k = c.producer_config();
         assert_eq!(k.stall_timeout_ms, 46_000);
         k.check().unwrap();
+        let longest = ClusterConfig {
+            linger_ms: ClusterConfig::MAX_LINGER_MS,
+            ..ClusterConfig::default()
+        };
+        longest.check().unwrap();
+        longest.producer_config().check().unwrap();
+        let too_long = ClusterConfig {
+            linger_ms: ClusterConfig::MAX_LINGER_MS + 1,
+            ..ClusterConfig::default()
+        };
+        assert_eq!(
+            too_long.check(),
+            Err(ClusterConfigError::LingerTooLong(900_001))
+        );
     }
 
     #[test]

@@ -55,6 +55,11 @@ impl ClusterMetrics {
             producer.failed.clone(),
         );
         m.register(
+            "cluster_produce_refused",
+            "Of those, backbone records the producer refused when handed over (too large…)",
+            producer.refused.clone(),
+        );
+        m.register(
             "cluster_produce_in_flight",
             "Backbone records handed to the producer and not yet acknowledged",
             producer.in_flight.clone(),
