@@ -19,9 +19,27 @@ use std::net::{SocketAddr, TcpListener};
 use std::ops::Range;
 use std::sync::Mutex;
 
-/// Where test ports are picked: below Linux's ephemeral range and clear of
-/// Tidegate's defaults (8080, 9998, 10000, 11111, 24224).
+/// Where test ports are picked: below Linux's default ephemeral range
+/// (32768 and up) and clear of Tidegate's defaults (8080, 9998, 10000,
+/// 11111, 24224). [`test_ports`] narrows it when the machine's range
+/// starts lower.
 pub const TEST_PORTS: Range<u16> = 12_000..24_000;
+
+/// [`TEST_PORTS`], ending where this machine's ephemeral range
+/// (`/proc/sys/net/ipv4/ip_local_port_range`) starts, if that is lower;
+/// all of it when the file cannot be read or leaves fewer than 1,000
+/// ports (nothing better to pick from then).
+pub fn test_ports() -> Range<u16> {
+    let first_ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse::<u16>().ok());
+    match first_ephemeral {
+        Some(first) if (TEST_PORTS.start + 1_000..TEST_PORTS.end).contains(&first) => {
+            TEST_PORTS.start..first
+        }
+        _ => TEST_PORTS,
+    }
+}
 
 /// Every port this process handed out: never one twice, whatever each
 /// test does with its ports meanwhile (with one `bind(0)` per port, the OS
@@ -34,7 +52,7 @@ pub fn free_addr() -> SocketAddr {
     free_addrs(1)[0]
 }
 
-/// `n` distinct free loopback addresses from [`TEST_PORTS`]: each bound to
+/// `n` distinct free loopback addresses from [`test_ports`]: each bound to
 /// check it is free, all held until every one is picked, then released
 /// for the caller's server to bind.
 ///
@@ -43,16 +61,17 @@ pub fn free_addr() -> SocketAddr {
 pub fn free_addrs(n: usize) -> Vec<SocketAddr> {
     let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
     let mut held: Vec<TcpListener> = Vec::with_capacity(n);
-    let span = u64::from(TEST_PORTS.end - TEST_PORTS.start);
+    let range = test_ports();
+    let span = u64::from(range.end - range.start);
     let mut tries = 0u32;
     while held.len() < n {
         tries += 1;
-        assert!(tries < 100_000, "no free test port left in {TEST_PORTS:?}");
+        assert!(tries < 100_000, "no free test port left in {range:?}");
         // A random start for every pick, so that test processes running at
         // the same moment rarely try the same ports.
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
         h.write_u32(tries);
-        let port = TEST_PORTS.start + (h.finish() % span) as u16;
+        let port = range.start + (h.finish() % span) as u16;
         if handed_out.contains(&port) {
             continue;
         }
@@ -84,7 +103,7 @@ mod tests {
         let all: BTreeSet<u16> = a.iter().chain(&b).map(|a| a.port()).collect();
         assert_eq!(all.len(), 100, "a port was handed out twice");
         for addr in a.iter().chain(&b) {
-            assert!(TEST_PORTS.contains(&addr.port()), "{addr}");
+            assert!(test_ports().contains(&addr.port()), "{addr}");
             assert!(addr.ip().is_loopback());
             TcpListener::bind(addr).expect("released for the caller");
         }
