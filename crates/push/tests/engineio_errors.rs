@@ -160,8 +160,11 @@ async fn upgrade_releases_the_pending_get_with_noop_and_then_polling_is_400() {
         .unwrap();
     assert_eq!((st, body.as_slice()), (200, &b"6"[..]));
     ws.send(Message::text("5")).await.unwrap();
-    // A second websocket for the same session is refused.
-    assert!(ws_connect(&s, "/engine.io/", Some(&sid)).await.is_err());
+    // A second websocket for the same session is closed at once, as the
+    // reference server does (its handshake completes), and the session is
+    // untouched.
+    let mut second = ws_connect(&s, "/engine.io/", Some(&sid)).await.unwrap();
+    assert_eq!(next_text(&mut second).await, "<closed>");
     tokio::time::sleep(Duration::from_millis(100)).await;
     let (st, _) = s.get("/engine.io/", &sid).await;
     assert_eq!(st, 400, "polling after the upgrade");
@@ -178,6 +181,104 @@ async fn upgrade_releases_the_pending_get_with_noop_and_then_polling_is_400() {
         got.starts_with("4{") && got.contains(r#""op":"subscribed""#),
         "{got}"
     );
+}
+
+#[tokio::test]
+async fn a_get_overtaking_the_upgrade_packet_gets_the_answer_it_would_get_after_it() {
+    // The protocol's test suite sends `2probe`, `5` and a polling GET at
+    // once; the GET may be here before the websocket's `5` is read.
+    let s = Server::start(PushConfig::default()).await;
+    let sid = s.open("/engine.io/").await;
+    let mut ws = ws_connect(&s, "/engine.io/", Some(&sid)).await.unwrap();
+    ws.send(Message::text("2probe")).await.unwrap();
+    assert_eq!(next_text(&mut ws).await, "3probe");
+    let get = {
+        let (addr, sid) = (s.addr, sid.clone());
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut st = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let req = format!("GET /engine.io/?EIO=4&transport=polling&sid={sid} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            st.write_all(req.as_bytes()).await.unwrap();
+            let mut out = Vec::new();
+            st.read_to_end(&mut out).await.unwrap();
+            common::parse_response(&out)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert!(
+        !get.is_finished(),
+        "the GET waits for the upgrade's outcome"
+    );
+    ws.send(Message::text("5")).await.unwrap();
+    let (st, _) = tokio::time::timeout(Duration::from_secs(5), get)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(st, 400, "polling after the upgrade");
+}
+
+#[tokio::test]
+async fn a_pending_get_overtaken_by_probe_and_upgrade_sent_together_gets_400() {
+    // The suite sends `2probe`, `5` and a GET at once; when the GET is read
+    // first it waits, and the `5` read with the probe must still win.
+    let s = Server::start(PushConfig::default()).await;
+    let sid = s.open("/engine.io/").await;
+    let mut ws = ws_connect(&s, "/engine.io/", Some(&sid)).await.unwrap();
+    let pending = {
+        let (addr, sid) = (s.addr, sid.clone());
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut st = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let req = format!("GET /engine.io/?EIO=4&transport=polling&sid={sid} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            st.write_all(req.as_bytes()).await.unwrap();
+            let mut out = Vec::new();
+            st.read_to_end(&mut out).await.unwrap();
+            common::parse_response(&out)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // One write for both frames.
+    ws.feed(Message::text("2probe")).await.unwrap();
+    ws.feed(Message::text("5")).await.unwrap();
+    ws.flush().await.unwrap();
+    assert_eq!(next_text(&mut ws).await, "3probe");
+    let (st, _) = tokio::time::timeout(Duration::from_secs(5), pending)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(st, 400);
+    ws.send(Message::text(
+        r#"4{"op":"subscribe","id":1,"patterns":["a"]}"#,
+    ))
+    .await
+    .unwrap();
+    assert!(next_text(&mut ws).await.contains("subscribed"));
+}
+
+#[tokio::test]
+async fn a_get_during_an_upgrade_without_its_upgrade_packet_gets_a_noop_soon() {
+    // The suite's "successfully upgrades" check: after `3probe` the client
+    // polls once more and sends `5` only once that GET is answered.
+    let s = Server::start(PushConfig::default()).await;
+    let sid = s.open("/engine.io/").await;
+    let mut ws = ws_connect(&s, "/engine.io/", Some(&sid)).await.unwrap();
+    ws.send(Message::text("2probe")).await.unwrap();
+    assert_eq!(next_text(&mut ws).await, "3probe");
+    let start = std::time::Instant::now();
+    let (st, body) = s.get("/engine.io/", &sid).await;
+    assert_eq!((st, body.as_slice()), (200, &b"6"[..]));
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+    ws.send(Message::text("5")).await.unwrap();
+    ws.send(Message::text(
+        r#"4{"op":"subscribe","id":1,"patterns":["a"]}"#,
+    ))
+    .await
+    .unwrap();
+    assert!(next_text(&mut ws).await.contains("subscribed"));
 }
 
 #[tokio::test]
@@ -202,11 +303,64 @@ async fn a_client_that_never_pongs_is_closed_after_the_ping_timeout() {
 }
 
 #[tokio::test]
+async fn a_session_is_gone_pinginterval_plus_pingtimeout_after_its_opening() {
+    // The Engine.IO test suite's check: a client that fetches nothing (so
+    // never sees the ping) asks again exactly then, and gets 400. (The
+    // session's timer may fire a tick late; a request past the deadline is
+    // refused all the same.)
+    let config = fast_heartbeats();
+    let wait = Duration::from_millis(config.ping_interval_ms + config.ping_timeout_ms);
+    let s = Server::start(config).await;
+    for _ in 0..5 {
+        let sid = s.open(SIO).await;
+        tokio::time::sleep(wait).await;
+        assert_eq!(s.get(SIO, &sid).await.0, 400);
+    }
+}
+
+#[tokio::test]
 async fn a_posted_close_ends_the_session() {
     let s = Server::start(PushConfig::default()).await;
     let sid = s.open(SIO).await;
     assert_eq!(s.post(SIO, &sid, b"1").await.0, 200);
     tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(s.get(SIO, &sid).await.0, 400);
+}
+
+#[tokio::test]
+async fn a_posted_close_releases_the_pending_get_with_a_noop() {
+    // As the reference server (and the Engine.IO protocol's test suite):
+    // the client that closed is not told to close.
+    let s = Server::start(PushConfig::default()).await;
+    let sid = s.open(SIO).await;
+    let pending = {
+        let (addr, sid) = (s.addr, sid.clone());
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut st = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let req = format!("GET {SIO}?EIO=4&transport=polling&sid={sid} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            st.write_all(req.as_bytes()).await.unwrap();
+            let mut out = Vec::new();
+            st.read_to_end(&mut out).await.unwrap();
+            common::parse_response(&out)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(s.post(SIO, &sid, b"1").await.0, 200);
+    let (st, body) = tokio::time::timeout(Duration::from_secs(5), pending)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((st, body.as_slice()), (200, &b"6"[..]));
+    // That noop forgot the session.
+    assert_eq!(s.get(SIO, &sid).await.0, 400);
+
+    // A GET that comes right after the close (a client sending both at
+    // once, the GET overtaken) is released the same way, once.
+    let sid = s.open(SIO).await;
+    assert_eq!(s.post(SIO, &sid, b"1").await.0, 200);
+    let (st, body) = s.get(SIO, &sid).await;
+    assert_eq!((st, body.as_slice()), (200, &b"6"[..]));
     assert_eq!(s.get(SIO, &sid).await.0, 400);
 }
 

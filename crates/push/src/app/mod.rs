@@ -56,6 +56,15 @@ impl App {
         }
     }
 
+    /// A packet that must go in a later write than what is queued now
+    /// (conformance mode only).
+    pub fn take_after_write(&mut self) -> Option<Outgoing> {
+        match self {
+            App::SocketIo(a) => a.take_after_write(),
+            _ => None,
+        }
+    }
+
     /// A Socket.IO connection that has not CONNECTed to any namespace yet.
     pub fn awaiting_connect(&self) -> bool {
         matches!(self, App::SocketIo(a) if a.awaiting_connect())

@@ -123,6 +123,14 @@ struct State {
     post_pending: bool,
     ws_attached: bool,
     closed: bool,
+    /// The client ended the session (its close packet `1`): a pending GET
+    /// is released with a noop, as in the reference server, rather than
+    /// told to close.
+    closed_by_client: bool,
+    /// When the client must have answered the last ping (`None` while no
+    /// ping is unanswered): past it the session is over, whether or not
+    /// its task has noticed yet.
+    pong_deadline: Option<tokio::time::Instant>,
     /// A websocket's writing half, until the session task takes it.
     ws_writer: Option<WsWriter>,
     /// When packets are queued while polling: a long-poll answer is held
@@ -138,6 +146,10 @@ pub enum PollAnswer {
     Payload(Vec<u8>),
     /// Nothing yet: wait and ask again.
     Wait,
+    /// The websocket took the session over while this GET waited (its
+    /// client sent `5` right behind its probe): answered as polling after
+    /// the upgrade is, 400.
+    Upgraded,
 }
 
 /// One Engine.IO session.
@@ -145,6 +157,9 @@ pub enum PollAnswer {
 pub struct EngineSession {
     /// Its id.
     pub sid: String,
+    /// When it was opened (before its open packet went out): heartbeats
+    /// count from here, as the client's do.
+    pub opened: tokio::time::Instant,
     state: Mutex<State>,
     /// Wakes the writing transport (pending GET or websocket writer).
     writable: Notify,
@@ -162,6 +177,7 @@ impl EngineSession {
         let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
         let s = EngineSession {
             sid,
+            opened: tokio::time::Instant::now(),
             state: Mutex::new(State {
                 outbox: VecDeque::new(),
                 transport,
@@ -170,6 +186,8 @@ impl EngineSession {
                 post_pending: false,
                 ws_attached: transport == Transport::WebSocket,
                 closed: false,
+                closed_by_client: false,
+                pong_deadline: None,
                 ws_writer: None,
                 arrivals: ArrivalGap::default(),
             }),
@@ -237,6 +255,33 @@ impl EngineSession {
         self.writable.notify_one();
     }
 
+    /// Sets (or clears) the deadline for the client's pong.
+    pub fn set_pong_deadline(&self, deadline: Option<tokio::time::Instant>) {
+        self.state.lock().pong_deadline = deadline;
+    }
+
+    /// Whether the client missed its pong deadline: a request of such a
+    /// session is answered as for an unknown one even in the moment
+    /// before its task ends it (a timer fires up to a tick late).
+    pub fn pong_overdue(&self) -> bool {
+        self.state
+            .lock()
+            .pong_deadline
+            .is_some_and(|d| tokio::time::Instant::now() >= d)
+    }
+
+    /// Whether the client ended the session with its close packet.
+    pub fn is_closed_by_client(&self) -> bool {
+        self.state.lock().closed_by_client
+    }
+
+    /// Ends the session because the client sent its close packet: a
+    /// pending GET then answers `6` (noop), not `1`.
+    pub fn close_by_client(&self) {
+        self.state.lock().closed_by_client = true;
+        self.close();
+    }
+
     /// Whether the session ended.
     pub fn is_closed(&self) -> bool {
         self.closed.is_cancelled()
@@ -250,6 +295,11 @@ impl EngineSession {
     /// Hands a client packet to the session task (waits while its queue is
     /// full). False if the session is gone.
     pub async fn receive(&self, p: EioPacket) -> bool {
+        if matches!(p, EioPacket::Pong(_)) {
+            // Answered on arrival: a request in the moment before the task
+            // reads this pong must not find the session overdue.
+            self.set_pong_deadline(None);
+        }
         self.inbound.send(Box::new(p)).await.is_ok()
     }
 
@@ -280,7 +330,12 @@ impl EngineSession {
     pub fn poll(&self, max_payload: usize) -> PollAnswer {
         let mut st = self.state.lock();
         if st.closed {
-            return PollAnswer::Payload(b"1".to_vec());
+            // The client that closed knows; anyone else is told to close.
+            let answer = if st.closed_by_client { b"6" } else { b"1" };
+            return PollAnswer::Payload(answer.to_vec());
+        }
+        if st.transport == Transport::WebSocket {
+            return PollAnswer::Upgraded;
         }
         if st.outbox.is_empty() {
             // During an upgrade the pending GET is released with a noop so
@@ -368,6 +423,11 @@ impl EngineSession {
     pub fn start_upgrade(&self) {
         self.state.lock().upgrading = true;
         self.writable.notify_one();
+    }
+
+    /// Whether the probe was answered and the client's `5` is awaited.
+    pub fn is_upgrading(&self) -> bool {
+        self.state.lock().upgrading
     }
 
     /// The client sent `5`: the websocket carries the session from now on.

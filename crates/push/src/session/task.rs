@@ -62,7 +62,9 @@ pub async fn run(
 ) {
     let interval = Duration::from_millis(ctx.config.ping_interval_ms);
     let timeout = Duration::from_millis(ctx.config.ping_timeout_ms);
-    let mut next_ping = Instant::now() + interval;
+    // From the session's opening, not this task's first poll: the client
+    // counts from the open packet, which went out before.
+    let mut next_ping = session.opened + interval;
     let mut pong_due: Option<Instant> = None;
     // Cleared for good by the first namespace CONNECT (as in the npm
     // server): a connection that never joins one holds a session slot.
@@ -103,6 +105,13 @@ pub async fn run(
                     break End::Lost("websocket write failed or stalled past pingTimeout".into());
                 }
                 flush.done();
+                if let Some(later) = app.take_after_write() {
+                    // A moment later, so the client reads it apart from
+                    // what was just written; then the next round writes it.
+                    tokio::time::sleep(AFTER_WRITE_GAP).await;
+                    session.send([later]);
+                    continue;
+                }
             }
         }
         let room = OUTBOX_SOFT_LIMIT.saturating_sub(session.outbox_len());
@@ -119,6 +128,7 @@ pub async fn run(
                 let r = match *p {
                     EioPacket::Pong(_) => {
                         pong_due = None;
+                        session.set_pong_deadline(None);
                         next_ping = Instant::now() + interval;
                         Ok(())
                     }
@@ -126,7 +136,10 @@ pub async fn run(
                     // they would grow every idle session's task by their size.
                     EioPacket::Message(t) => Box::pin(app.on_text(t, &session, &ctx)).await,
                     EioPacket::Binary(b) => Box::pin(app.on_binary(b, &session, &ctx)).await,
-                    EioPacket::Close => break End::Lost("client closed".into()),
+                    EioPacket::Close => {
+                        session.close_by_client();
+                        break End::Lost("client closed".into());
+                    }
                     // Pings from clients are not part of v4; noops and
                     // stray upgrades carry nothing.
                     EioPacket::Ping(_) | EioPacket::Noop | EioPacket::Upgrade => Ok(()),
@@ -144,7 +157,11 @@ pub async fn run(
             }
             _ = sleep_until(next_ping), if pong_due.is_none() => {
                 session.send_text(&b"2"[..]);
-                pong_due = Some(Instant::now() + timeout);
+                // From when the ping was due, not when this timer fired
+                // (up to a tick late): a client is given exactly
+                // pingInterval + pingTimeout, as in the reference server.
+                pong_due = Some(next_ping + timeout);
+                session.set_pong_deadline(pong_due);
                 app.on_ping(&ctx);
             }
             _ = sleep_until(pong_due.unwrap_or_else(Instant::now)), if pong_due.is_some() => {
@@ -181,7 +198,19 @@ pub async fn run(
         go_away(&session, &mut ws, &mut written, &mut bound).await;
     }
     session.close();
-    ctx.sessions.remove(&session.sid);
+    if session.is_closed_by_client() && session.is_polling() {
+        // The client's GET may race its own close (a client sends both at
+        // once): for a moment a GET still finds the session and is
+        // released with a noop (which also forgets it), as it would have
+        // been had it come first. Later requests get 400.
+        let (ctx, sid) = (ctx.clone(), session.sid.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(CLIENT_CLOSE_LINGER).await;
+            ctx.sessions.remove(&sid);
+        });
+    } else {
+        ctx.sessions.remove(&session.sid);
+    }
     // A writer attached after the last look goes with the session.
     let ws = ws.or_else(|| session.take_ws_writer());
     match end {
@@ -261,6 +290,16 @@ async fn go_away(
         }
     }
 }
+
+/// The pause before a packet that must come in a write of its own
+/// ([`App::take_after_write`], conformance mode only): long enough that a
+/// client on loopback has read what came before.
+const AFTER_WRITE_GAP: Duration = Duration::from_millis(2);
+
+/// How long a polling session the client closed stays findable, so a GET
+/// sent together with the close still gets its noop: requests sent at once
+/// arrive within a few milliseconds of each other.
+const CLIENT_CLOSE_LINGER: Duration = Duration::from_millis(50);
 
 /// How long the closing websocket frame may take to be written.
 const CLOSE_FRAME_WAIT: Duration = Duration::from_millis(500);

@@ -121,6 +121,11 @@ async fn route(
             let Some(s) = ctx.sessions.get(&sid) else {
                 return refuse(HandshakeError::UnknownSid);
             };
+            if s.pong_overdue() {
+                // Ended by the ping timeout; its task is about to notice.
+                s.close();
+                return refuse(HandshakeError::UnknownSid);
+            }
             match transport {
                 Transport::Polling => polling::handle(s, method, body, &ctx).await,
                 Transport::WebSocket => match ws {

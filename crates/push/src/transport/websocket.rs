@@ -12,13 +12,11 @@ use std::time::Duration;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::response::Response;
 use futures::stream::SplitStream;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tidegate_hub::UpgradedBytes;
 use tracing::debug;
 
-use super::refuse;
 use crate::context::PushContext;
-use crate::engineio::handshake::HandshakeError;
 use crate::engineio::packet::EioPacket;
 use crate::session::EngineSession;
 use crate::shutdown::{WriteBound, FLUSH_WAIT};
@@ -61,8 +59,13 @@ pub fn serve_upgrade(
     upgraded: Option<UpgradedBytes>,
 ) -> Response {
     if !s.attach_ws() {
-        // One websocket per session; none once upgraded.
-        return refuse(HandshakeError::BadRequest);
+        // One websocket per session; none once upgraded. As in the
+        // reference server, the handshake completes and the socket is
+        // closed at once (the session is untouched): the protocol's test
+        // suite expects a close, not a refused handshake.
+        return limits(ws, &ctx).on_upgrade(|mut socket| async move {
+            let _ = tokio::time::timeout(FLUSH_WAIT, socket.send(Message::Close(None))).await;
+        });
     }
     let timeout = Duration::from_millis(ctx.config.upgrade_timeout_ms);
     limits(ws, &ctx).on_upgrade(move |mut socket| async move {
@@ -102,6 +105,19 @@ async fn probe(socket: &mut WebSocket, s: &EngineSession) -> bool {
                     return false;
                 }
                 probed = true;
+                // A `5` that came right behind the probe (already read
+                // with it) completes the upgrade before a pending GET is
+                // released: that GET came before the `5` was sent, but
+                // the reference, reading in order, would have seen the
+                // `5` first. engine.io-client sends `5` only after its
+                // GET was released, so it never takes this path.
+                if let Some(Some(Ok(Message::Text(t)))) = socket.recv().now_or_never() {
+                    if EioPacket::decode_text(&t) == Ok(EioPacket::Upgrade) {
+                        s.finish_upgrade();
+                        return true;
+                    }
+                    return false;
+                }
                 s.start_upgrade();
             }
             Ok(EioPacket::Upgrade) if probed => {
