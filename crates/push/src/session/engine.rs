@@ -157,9 +157,6 @@ pub enum PollAnswer {
 pub struct EngineSession {
     /// Its id.
     pub sid: String,
-    /// When it was opened (before its open packet went out): heartbeats
-    /// count from here, as the client's do.
-    pub opened: tokio::time::Instant,
     state: Mutex<State>,
     /// Wakes the writing transport (pending GET or websocket writer).
     writable: Notify,
@@ -177,7 +174,6 @@ impl EngineSession {
         let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
         let s = EngineSession {
             sid,
-            opened: tokio::time::Instant::now(),
             state: Mutex::new(State {
                 outbox: VecDeque::new(),
                 transport,

@@ -53,18 +53,21 @@ enum End {
 /// Hub messages moved into the outbox per wake-up at most.
 pub const DELIVERY_BATCH: usize = 256;
 
-/// Runs the session until it closes, then forgets it.
+/// Runs the session, opened at `opened` (its heartbeats count from
+/// there), until it closes, then forgets it.
 pub async fn run(
     session: Arc<EngineSession>,
+    opened: Instant,
     mut inbound: mpsc::Receiver<super::engine::Inbound>,
     mut app: App,
     ctx: Arc<PushContext>,
 ) {
     let interval = Duration::from_millis(ctx.config.ping_interval_ms);
     let timeout = Duration::from_millis(ctx.config.ping_timeout_ms);
-    // From the session's opening, not this task's first poll: the client
-    // counts from the open packet, which went out before.
-    let mut next_ping = session.opened + interval;
+    // From the session's opening (`opened`: before its open packet went
+    // out), not this task's first poll: the client counts from the open
+    // packet.
+    let mut next_ping = opened + interval;
     let mut pong_due: Option<Instant> = None;
     // Cleared for good by the first namespace CONNECT (as in the npm
     // server): a connection that never joins one holds a session slot.

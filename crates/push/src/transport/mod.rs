@@ -154,6 +154,7 @@ fn open(
         Flavor::SocketIo => Grants::all(),
     };
     let sid = new_sid();
+    let opened = tokio::time::Instant::now();
     let (session, inbound) = EngineSession::new(sid, transport);
     let session = Arc::new(session);
     if !ctx
@@ -185,6 +186,12 @@ fn open(
             App::Json(Box::new(j))
         }
     };
-    tokio::spawn(task::run(session.clone(), inbound, app, ctx.clone()));
+    tokio::spawn(task::run(
+        session.clone(),
+        opened,
+        inbound,
+        app,
+        ctx.clone(),
+    ));
     Ok((session, open_text))
 }
