@@ -7,11 +7,16 @@
 
 mod common;
 
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use common::Server;
 use futures::{SinkExt, StreamExt};
 use tidegate_push::PushConfig;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 
 async fn next_text(ws: &mut common::Ws) -> String {
@@ -77,4 +82,83 @@ async fn over_polling_the_auth_event_comes_with_the_connect_reply() {
     let packets: Vec<&str> = body.split('\x1e').collect();
     assert!(packets[0].starts_with("40{"), "{body}");
     assert_eq!(packets.get(1), Some(&r#"42["auth",{}]"#), "{body}");
+}
+
+/// A TCP stream that records how many bytes each read returned.
+struct RecordingReads {
+    inner: TcpStream,
+    reads: Arc<Mutex<Vec<usize>>>,
+}
+
+impl AsyncRead for RecordingReads {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        if n > 0 {
+            self.reads.lock().unwrap().push(n);
+        }
+        r
+    }
+}
+
+impl AsyncWrite for RecordingReads {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[tokio::test]
+async fn the_auth_event_comes_in_a_write_of_its_own_after_the_connect_reply() {
+    // The suite waits for one websocket message at a time and misses a
+    // second one that came in the same read. Without the separate write
+    // both frames are always one read on loopback; with it, they are
+    // apart unless this client was held up past the gap, so one of three
+    // connections showing them apart is asked for.
+    let s = Server::start(PushConfig {
+        conformance: true,
+        ..PushConfig::default()
+    })
+    .await;
+    let mut apart = 0;
+    for _ in 0..3 {
+        let reads = Arc::new(Mutex::new(Vec::new()));
+        let stream = RecordingReads {
+            inner: TcpStream::connect(s.addr).await.unwrap(),
+            reads: reads.clone(),
+        };
+        let url = format!("ws://{}/socket.io/?EIO=4&transport=websocket", s.addr);
+        let (mut ws, _) = tokio_tungstenite::client_async(url, stream).await.unwrap();
+        let open = ws.next().await.unwrap().unwrap();
+        assert!(open.to_text().unwrap().starts_with("0{"));
+        ws.send(Message::text("40")).await.unwrap();
+        let reply = ws.next().await.unwrap().unwrap();
+        let reply = reply.to_text().unwrap().to_owned();
+        assert!(reply.starts_with("40{"), "{reply}");
+        // A server frame of under 126 bytes: 2 header bytes and the text.
+        let last_read = *reads.lock().unwrap().last().unwrap();
+        if last_read == 2 + reply.len() {
+            apart += 1;
+        }
+        let auth = ws.next().await.unwrap().unwrap();
+        assert_eq!(auth.to_text().unwrap(), r#"42["auth",{}]"#);
+    }
+    assert!(
+        apart >= 1,
+        "the auth event came in the CONNECT reply's read every time"
+    );
 }

@@ -204,7 +204,7 @@ async fn a_get_overtaking_the_upgrade_packet_gets_the_answer_it_would_get_after_
             common::parse_response(&out)
         })
     };
-    tokio::time::sleep(Duration::from_millis(30)).await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
     assert!(
         !get.is_finished(),
         "the GET waits for the upgrade's outcome"
@@ -323,7 +323,8 @@ async fn a_posted_close_ends_the_session() {
     let s = Server::start(PushConfig::default()).await;
     let sid = s.open(SIO).await;
     assert_eq!(s.post(SIO, &sid, b"1").await.0, 200);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Past the short linger a GET racing the close would still find.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(s.get(SIO, &sid).await.0, 400);
 }
 

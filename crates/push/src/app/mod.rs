@@ -56,9 +56,9 @@ impl App {
         }
     }
 
-    /// A packet that must go in a later write than what is queued now
+    /// Packets that must go in a later write than what is queued now
     /// (conformance mode only).
-    pub fn take_after_write(&mut self) -> Option<Outgoing> {
+    pub fn take_after_write(&mut self) -> Option<Vec<Outgoing>> {
         match self {
             App::SocketIo(a) => a.take_after_write(),
             _ => None,

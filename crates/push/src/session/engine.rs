@@ -256,6 +256,12 @@ impl EngineSession {
         self.state.lock().pong_deadline = deadline;
     }
 
+    /// Whether a ping is unanswered: its pong has not arrived (it counts
+    /// on arrival, before the session task reads it).
+    pub fn pong_pending(&self) -> bool {
+        self.state.lock().pong_deadline.is_some()
+    }
+
     /// Whether the client missed its pong deadline: a request of such a
     /// session is answered as for an unknown one even in the moment
     /// before its task ends it (a timer fires up to a tick late).

@@ -112,7 +112,7 @@ pub async fn run(
                     // A moment later, so the client reads it apart from
                     // what was just written; then the next round writes it.
                     tokio::time::sleep(AFTER_WRITE_GAP).await;
-                    session.send([later]);
+                    session.send(later);
                     continue;
                 }
             }
@@ -160,15 +160,30 @@ pub async fn run(
             }
             _ = sleep_until(next_ping), if pong_due.is_none() => {
                 session.send_text(&b"2"[..]);
-                // From when the ping was due, not when this timer fired
-                // (up to a tick late): a client is given exactly
-                // pingInterval + pingTimeout, as in the reference server.
-                pong_due = Some(next_ping + timeout);
+                // pingTimeout runs from the ping, as in the reference. From
+                // when it was due when the timer fired about then (a tick
+                // late at most), so that a client that fetched nothing is
+                // gone exactly pingInterval + pingTimeout after the opening;
+                // from now when this task was held up longer (a slow write,
+                // a recovery), so the client still gets its whole pingTimeout.
+                let now = Instant::now();
+                let sent = if now.saturating_duration_since(next_ping) <= PING_TIMER_SLACK {
+                    next_ping
+                } else {
+                    now
+                };
+                pong_due = Some(sent + timeout);
                 session.set_pong_deadline(pong_due);
                 app.on_ping(&ctx);
             }
             _ = sleep_until(pong_due.unwrap_or_else(Instant::now)), if pong_due.is_some() => {
-                break End::Lost("ping timeout".into());
+                if session.pong_pending() {
+                    break End::Lost("ping timeout".into());
+                }
+                // The pong came in time and waits in the inbound queue
+                // (this task was held up): it counts.
+                pong_due = None;
+                next_ping = Instant::now() + interval;
             }
             r = async { sub.expect("guarded").recv_many(&mut batch, take).await }, if take > 0 && sub.is_some() => {
                 match r {
@@ -294,15 +309,19 @@ async fn go_away(
     }
 }
 
+/// How late the ping timer may fire for the ping to count as sent when it
+/// was due.
+const PING_TIMER_SLACK: Duration = Duration::from_millis(5);
+
 /// The pause before a packet that must come in a write of its own
 /// ([`App::take_after_write`], conformance mode only): long enough that a
 /// client on loopback has read what came before.
-const AFTER_WRITE_GAP: Duration = Duration::from_millis(2);
+const AFTER_WRITE_GAP: Duration = Duration::from_millis(20);
 
 /// How long a polling session the client closed stays findable, so a GET
 /// sent together with the close still gets its noop: requests sent at once
 /// arrive within a few milliseconds of each other.
-const CLIENT_CLOSE_LINGER: Duration = Duration::from_millis(50);
+const CLIENT_CLOSE_LINGER: Duration = Duration::from_millis(200);
 
 /// How long the closing websocket frame may take to be written.
 const CLOSE_FRAME_WAIT: Duration = Duration::from_millis(500);
