@@ -72,18 +72,7 @@ async fn bad_queries_and_methods_are_400_with_the_reference_codes() {
 async fn a_second_concurrent_get_is_400_and_closes_the_session() {
     let s = Server::start(PushConfig::default()).await;
     let sid = s.open(SIO).await;
-    let first = {
-        let (url, sid) = (s.addr, sid.clone());
-        tokio::spawn(async move {
-            let mut st = tokio::net::TcpStream::connect(url).await.unwrap();
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let req = format!("GET {SIO}?EIO=4&transport=polling&sid={sid} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-            st.write_all(req.as_bytes()).await.unwrap();
-            let mut out = Vec::new();
-            st.read_to_end(&mut out).await.unwrap();
-            common::parse_response(&out)
-        })
-    };
+    let first = polling_get(&s, SIO, &sid);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let (st, _) = s.get(SIO, &sid).await;
     assert_eq!(st, 400);
@@ -99,6 +88,25 @@ async fn a_second_concurrent_get_is_400_and_closes_the_session() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     let (st, _) = s.get(SIO, &sid).await;
     assert_eq!(st, 400, "the session is gone");
+}
+
+/// A polling GET on a connection of its own, sent now and answered later
+/// (a long poll): its status and body.
+fn polling_get(
+    s: &Server,
+    path: &'static str,
+    sid: &str,
+) -> tokio::task::JoinHandle<(u16, Vec<u8>)> {
+    let (addr, sid) = (s.addr, sid.to_owned());
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut st = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!("GET {path}?EIO=4&transport=polling&sid={sid} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        st.write_all(req.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        st.read_to_end(&mut out).await.unwrap();
+        common::parse_response(&out)
+    })
 }
 
 async fn ws_connect(
@@ -138,18 +146,7 @@ where
 async fn upgrade_releases_the_pending_get_with_noop_and_then_polling_is_400() {
     let s = Server::start(PushConfig::default()).await;
     let sid = s.open("/engine.io/").await;
-    let pending = {
-        let (addr, sid) = (s.addr, sid.clone());
-        tokio::spawn(async move {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let mut st = tokio::net::TcpStream::connect(addr).await.unwrap();
-            let req = format!("GET /engine.io/?EIO=4&transport=polling&sid={sid} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-            st.write_all(req.as_bytes()).await.unwrap();
-            let mut out = Vec::new();
-            st.read_to_end(&mut out).await.unwrap();
-            common::parse_response(&out)
-        })
-    };
+    let pending = polling_get(&s, "/engine.io/", &sid);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let mut ws = ws_connect(&s, "/engine.io/", Some(&sid)).await.unwrap();
     ws.send(Message::text("2probe")).await.unwrap();
@@ -192,18 +189,7 @@ async fn a_get_overtaking_the_upgrade_packet_gets_the_answer_it_would_get_after_
     let mut ws = ws_connect(&s, "/engine.io/", Some(&sid)).await.unwrap();
     ws.send(Message::text("2probe")).await.unwrap();
     assert_eq!(next_text(&mut ws).await, "3probe");
-    let get = {
-        let (addr, sid) = (s.addr, sid.clone());
-        tokio::spawn(async move {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let mut st = tokio::net::TcpStream::connect(addr).await.unwrap();
-            let req = format!("GET /engine.io/?EIO=4&transport=polling&sid={sid} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-            st.write_all(req.as_bytes()).await.unwrap();
-            let mut out = Vec::new();
-            st.read_to_end(&mut out).await.unwrap();
-            common::parse_response(&out)
-        })
-    };
+    let get = polling_get(&s, "/engine.io/", &sid);
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert!(
         !get.is_finished(),
@@ -224,18 +210,7 @@ async fn a_pending_get_overtaken_by_probe_and_upgrade_sent_together_gets_400() {
     let s = Server::start(PushConfig::default()).await;
     let sid = s.open("/engine.io/").await;
     let mut ws = ws_connect(&s, "/engine.io/", Some(&sid)).await.unwrap();
-    let pending = {
-        let (addr, sid) = (s.addr, sid.clone());
-        tokio::spawn(async move {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let mut st = tokio::net::TcpStream::connect(addr).await.unwrap();
-            let req = format!("GET /engine.io/?EIO=4&transport=polling&sid={sid} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-            st.write_all(req.as_bytes()).await.unwrap();
-            let mut out = Vec::new();
-            st.read_to_end(&mut out).await.unwrap();
-            common::parse_response(&out)
-        })
-    };
+    let pending = polling_get(&s, "/engine.io/", &sid);
     tokio::time::sleep(Duration::from_millis(100)).await;
     // One write for both frames.
     ws.feed(Message::text("2probe")).await.unwrap();
@@ -334,18 +309,7 @@ async fn a_posted_close_releases_the_pending_get_with_a_noop() {
     // the client that closed is not told to close.
     let s = Server::start(PushConfig::default()).await;
     let sid = s.open(SIO).await;
-    let pending = {
-        let (addr, sid) = (s.addr, sid.clone());
-        tokio::spawn(async move {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let mut st = tokio::net::TcpStream::connect(addr).await.unwrap();
-            let req = format!("GET {SIO}?EIO=4&transport=polling&sid={sid} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-            st.write_all(req.as_bytes()).await.unwrap();
-            let mut out = Vec::new();
-            st.read_to_end(&mut out).await.unwrap();
-            common::parse_response(&out)
-        })
-    };
+    let pending = polling_get(&s, SIO, &sid);
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(s.post(SIO, &sid, b"1").await.0, 200);
     let (st, body) = tokio::time::timeout(Duration::from_secs(5), pending)
