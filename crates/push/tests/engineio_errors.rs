@@ -125,6 +125,27 @@ async fn ws_connect(
         .map_err(|e| e.to_string())
 }
 
+/// Asserts that an upgraded session answers a `/ws` subscribe on its
+/// websocket.
+async fn works_on_the_websocket<S>(ws: &mut S)
+where
+    S: futures::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>>
+        + futures::Sink<Message>
+        + Unpin,
+    <S as futures::Sink<Message>>::Error: std::fmt::Debug,
+{
+    ws.send(Message::text(
+        r#"4{"op":"subscribe","id":1,"patterns":["a"]}"#,
+    ))
+    .await
+    .unwrap();
+    let got = next_text(ws).await;
+    assert!(
+        got.starts_with("4{") && got.contains(r#""op":"subscribed""#),
+        "{got}"
+    );
+}
+
 async fn next_text<S>(ws: &mut S) -> String
 where
     S: futures::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
@@ -168,16 +189,7 @@ async fn upgrade_releases_the_pending_get_with_noop_and_then_polling_is_400() {
     let (st, _) = s.post("/engine.io/", &sid, b"4x").await;
     assert_eq!(st, 400);
     // The session still works on the websocket.
-    ws.send(Message::text(
-        r#"4{"op":"subscribe","id":1,"patterns":["a"]}"#,
-    ))
-    .await
-    .unwrap();
-    let got = next_text(&mut ws).await;
-    assert!(
-        got.starts_with("4{") && got.contains(r#""op":"subscribed""#),
-        "{got}"
-    );
+    works_on_the_websocket(&mut ws).await;
 }
 
 #[tokio::test]
@@ -222,12 +234,7 @@ async fn a_pending_get_overtaken_by_probe_and_upgrade_sent_together_gets_400() {
         .unwrap()
         .unwrap();
     assert_eq!(st, 400);
-    ws.send(Message::text(
-        r#"4{"op":"subscribe","id":1,"patterns":["a"]}"#,
-    ))
-    .await
-    .unwrap();
-    assert!(next_text(&mut ws).await.contains("subscribed"));
+    works_on_the_websocket(&mut ws).await;
 }
 
 #[tokio::test]
@@ -248,12 +255,7 @@ async fn a_get_during_an_upgrade_without_its_upgrade_packet_gets_a_noop_soon() {
         start.elapsed()
     );
     ws.send(Message::text("5")).await.unwrap();
-    ws.send(Message::text(
-        r#"4{"op":"subscribe","id":1,"patterns":["a"]}"#,
-    ))
-    .await
-    .unwrap();
-    assert!(next_text(&mut ws).await.contains("subscribed"));
+    works_on_the_websocket(&mut ws).await;
 }
 
 #[tokio::test]
