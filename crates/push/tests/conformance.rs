@@ -12,33 +12,25 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use common::Server;
+use common::{next_frame_text, Server};
 use futures::{SinkExt, StreamExt};
 use tidegate_push::PushConfig;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 
-async fn next_text(ws: &mut common::Ws) -> String {
-    loop {
-        match tokio::time::timeout(Duration::from_secs(5), ws.next())
-            .await
-            .expect("a message within 5 s")
-        {
-            Some(Ok(Message::Text(t))) => return t.to_string(),
-            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-            other => panic!("{other:?}"),
-        }
-    }
+/// A push server in `[push] conformance = true` mode.
+async fn conformance_server() -> Server {
+    Server::start(PushConfig {
+        conformance: true,
+        ..PushConfig::default()
+    })
+    .await
 }
 
 #[tokio::test]
 async fn every_connect_is_followed_by_the_auth_event_with_its_payload() {
-    let s = Server::start(PushConfig {
-        conformance: true,
-        ..PushConfig::default()
-    })
-    .await;
+    let s = conformance_server().await;
     for (connect, reply_prefix, auth) in [
         ("40", "40{", r#"42["auth",{}]"#),
         (
@@ -53,27 +45,17 @@ async fn every_connect_is_followed_by_the_auth_event_with_its_payload() {
             r#"42/custom,["auth",{"token":"abc"}]"#,
         ),
     ] {
-        let (mut ws, _) = tokio_tungstenite::connect_async(format!(
-            "ws://{}/socket.io/?EIO=4&transport=websocket",
-            s.addr
-        ))
-        .await
-        .unwrap();
-        assert!(next_text(&mut ws).await.starts_with("0{"));
+        let (mut ws, _) = s.open_ws("/socket.io/").await;
         ws.send(Message::text(connect)).await.unwrap();
-        let reply = next_text(&mut ws).await;
+        let reply = next_frame_text(&mut ws).await;
         assert!(reply.starts_with(reply_prefix), "{connect}: {reply}");
-        assert_eq!(next_text(&mut ws).await, auth, "{connect}");
+        assert_eq!(next_frame_text(&mut ws).await, auth, "{connect}");
     }
 }
 
 #[tokio::test]
 async fn over_polling_the_auth_event_comes_with_the_connect_reply() {
-    let s = Server::start(PushConfig {
-        conformance: true,
-        ..PushConfig::default()
-    })
-    .await;
+    let s = conformance_server().await;
     let sid = s.open("/socket.io/").await;
     assert_eq!(s.post("/socket.io/", &sid, b"40").await.0, 200);
     let (st, body) = s.get("/socket.io/", &sid).await;
@@ -129,11 +111,7 @@ async fn the_auth_event_comes_in_a_write_of_its_own_after_the_connect_reply() {
     // both frames are always one read on loopback; with it, they are
     // apart unless this client was held up past the gap, so one of three
     // connections showing them apart is asked for.
-    let s = Server::start(PushConfig {
-        conformance: true,
-        ..PushConfig::default()
-    })
-    .await;
+    let s = conformance_server().await;
     let mut apart = 0;
     for _ in 0..3 {
         let reads = Arc::new(Mutex::new(Vec::new()));

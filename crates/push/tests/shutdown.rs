@@ -638,13 +638,7 @@ async fn next_text(ws: &mut Ws) -> String {
 async fn a_socketio_publish_waiting_for_a_full_sink_is_acked_with_the_shutdown() {
     let s = Server::start(PushConfig::default()).await;
     let sink = route_to_full_sink(&s, 1);
-    let (mut ws, _) = tokio_tungstenite::connect_async(format!(
-        "ws://{}/socket.io/?EIO=4&transport=websocket",
-        s.addr
-    ))
-    .await
-    .unwrap();
-    assert!(next_text(&mut ws).await.starts_with("0{"));
+    let (mut ws, _) = s.open_ws("/socket.io/").await;
     ws.send(Message::text("40")).await.unwrap();
     assert!(next_text(&mut ws).await.starts_with("40{"));
 

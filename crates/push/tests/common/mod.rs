@@ -45,6 +45,20 @@ impl Server {
         request_at(self.addr, method, path, body).await
     }
 
+    /// A websocket handshake on `path` (`/socket.io/`, `/engine.io/`):
+    /// the socket and its open packet (`0{…}`).
+    pub async fn open_ws(&self, path: &str) -> (Ws, String) {
+        let (mut ws, _) = tokio_tungstenite::connect_async(format!(
+            "ws://{}{path}?EIO=4&transport=websocket",
+            self.addr
+        ))
+        .await
+        .unwrap();
+        let open = next_frame_text(&mut ws).await;
+        assert!(open.starts_with("0{"), "{open:?}");
+        (ws, open)
+    }
+
     /// A polling handshake: the new sid.
     pub async fn open(&self, path: &str) -> String {
         let (st, body) = self
@@ -165,6 +179,24 @@ pub fn fast_heartbeats() -> PushConfig {
 /// A websocket client stream (`/ws`, Engine.IO's websocket).
 pub type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// The next text frame, skipping pings and pongs (at most 5 s).
+pub async fn next_frame_text(ws: &mut Ws) -> String {
+    use futures::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    loop {
+        let m = tokio::time::timeout(std::time::Duration::from_secs(5), ws.next())
+            .await
+            .expect("a frame within 5 s")
+            .expect("socket open")
+            .unwrap();
+        match m {
+            Message::Text(t) => return t.to_string(),
+            Message::Ping(_) | Message::Pong(_) => continue,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
 
 /// The next text frame as JSON, skipping pings and pongs (at most 5 s).
 pub async fn next_json(ws: &mut Ws) -> serde_json::Value {
