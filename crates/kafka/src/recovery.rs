@@ -77,7 +77,7 @@ const STALL_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// report of a replaced producer, once its record is produced again). A
 /// record the producer refused on hand-over counts as failed but is no
 /// report: a stalled producer refusing oversized records is still stalled.
-fn reports(m: &KafkaMetrics) -> u64 {
+fn delivery_reports(m: &KafkaMetrics) -> u64 {
     (m.delivered.get() + m.failed.get() + m.resent.get()).saturating_sub(m.refused.get())
 }
 
@@ -267,7 +267,7 @@ impl Recovery {
     fn run(mut self) {
         let check_every = self.stall_timeout.map(stall_check_interval);
         let mut watch = StallWatch {
-            reports: self.reports(),
+            reports: delivery_reports(&self.acks.metrics),
             quiet_since: Instant::now(),
             timeout: self.stall_timeout.unwrap_or(Duration::MAX),
             delivered_then: self.acks.metrics.delivered.get(),
@@ -288,11 +288,6 @@ impl Recovery {
         }
     }
 
-    /// Every delivery report so far (see [`reports`]).
-    fn reports(&self) -> u64 {
-        reports(&self.acks.metrics)
-    }
-
     /// Replaces the producer when it held records for the stall timeout
     /// with no report and no new producer ([`Replaced::Stalled`]).
     fn watch_for_stall(&mut self, watch: &mut StallWatch) {
@@ -303,7 +298,7 @@ impl Recovery {
         if delivered != watch.delivered_then {
             watch.timeout = stall;
         }
-        let reports = self.reports();
+        let reports = delivery_reports(&self.acks.metrics);
         let now = Instant::now();
         // Held by the producer itself, not only by the sink's room (a
         // sender about to hand over, the resend queue); a fatal error
@@ -336,7 +331,7 @@ impl Recovery {
             self.message_timeout,
         );
         watch.delivered_then = self.acks.metrics.delivered.get();
-        watch.reports = watch.reports.max(self.reports());
+        watch.reports = watch.reports.max(delivery_reports(&self.acks.metrics));
         watch.quiet_since = Instant::now();
     }
 
@@ -538,12 +533,12 @@ mod tests {
         m.delivered.inc();
         m.resent.inc();
         m.failed.inc(); // a failed delivery report
-        assert_eq!(reports(&m), 3);
+        assert_eq!(delivery_reports(&m), 3);
         // A record the producer refused: failed, but librdkafka said
         // nothing about the records it holds.
         m.failed.inc();
         m.refused.inc();
-        assert_eq!(reports(&m), 3);
+        assert_eq!(delivery_reports(&m), 3);
     }
 
     #[test]
