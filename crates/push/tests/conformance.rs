@@ -10,7 +10,6 @@ mod common;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use common::{next_frame_text, Server};
 use futures::{SinkExt, StreamExt};
