@@ -126,7 +126,12 @@ pub struct Engine {
     /// Proves most writes newer than their key's stored version unread.
     bounds: StampBounds,
     sync: SyncPolicy,
+    /// Locks of the data keyspace's keys.
     stripes: Box<[Mutex<()>]>,
+    /// Locks of the hints keyspace's keys: a set of their own, so a hint
+    /// being written never holds up a client write of a key that merely
+    /// hashes alike (and the reverse).
+    hint_stripes: Box<[Mutex<()>]>,
     stop: Arc<AtomicBool>,
     /// `sync = "always"`: one fsync for many concurrent writes.
     group_commit: Option<GroupCommit>,
@@ -202,6 +207,7 @@ impl Engine {
             bounds,
             sync,
             stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            hint_stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             stop: Arc::new(AtomicBool::new(false)),
             group_commit,
             groups: WriteGroups::default(),
@@ -290,6 +296,11 @@ impl Engine {
 
     fn stripe_of_hash(&self, hash: u64) -> &Mutex<()> {
         &self.stripes[stripe_of(hash)]
+    }
+
+    /// The lock of the hint stored under `hint_key`.
+    fn hint_stripe(&self, hint_key: &[u8]) -> &Mutex<()> {
+        &self.hint_stripes[stripe_of(key_hash(hint_key))]
     }
 
     /// The stored version of `key` (value or tombstone), if any.
@@ -634,6 +645,29 @@ mod tests {
         assert!(
             err.starts_with(&format!("[kv] data_dir {} is in use", dir.path().display())),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_hint_held_up_in_storage_does_not_hold_up_a_client_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Arc::new(Engine::open(dir.path(), SyncPolicy::None).unwrap());
+        let (node, hinted) = ("http://peer:8080", &b"hinted"[..]);
+        // A data key whose lock stripe number is the held hint's: with one
+        // set of locks for both keyspaces this write would wait.
+        let hint_stripe = stripe_of(key_hash(&hint_store::hint_key(node, hinted)));
+        let key = (0u32..)
+            .map(|i| format!("k{i}").into_bytes())
+            .find(|k| stripe_of(key_hash(k)) == hint_stripe)
+            .unwrap();
+        let _held = e.hold_hint(node, hinted);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let writer = e.clone();
+        std::thread::spawn(move || tx.send(writer.apply(&key, &v(1, "x")).unwrap()));
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(10)),
+            Ok(true),
+            "the client write finished while the hint's lock was held"
         );
     }
 

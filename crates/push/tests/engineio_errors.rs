@@ -303,6 +303,19 @@ async fn a_posted_close_ends_the_session() {
     // Past the short linger a GET racing the close would still find.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(s.get(SIO, &sid).await.0, 400);
+
+    // Within that linger, anything but the racing GET is for a session
+    // the client ended: a POST is refused as unknown (the reference has
+    // forgotten the session), not answered 200 with its packets dropped.
+    let sid = s.open(SIO).await;
+    assert_eq!(s.post(SIO, &sid, b"1").await.0, 200);
+    let (st, body) = s.post(SIO, &sid, b"40").await;
+    assert_eq!(st, 400);
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["code"], 1, "Session ID unknown");
+    // The GET sent with the close still gets its noop.
+    let (st, body) = s.get(SIO, &sid).await;
+    assert_eq!((st, body.as_slice()), (200, &b"6"[..]));
 }
 
 #[tokio::test]

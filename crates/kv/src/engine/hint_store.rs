@@ -100,7 +100,7 @@ impl Engine {
         written: impl FnOnce(R),
     ) -> Result<HintPut, KvError> {
         let hint_key = hint_key(node, key);
-        let _guard = self.stripe(&hint_key).lock();
+        let _guard = self.hint_stripe(&hint_key).lock();
         // Only the kept hint's size and its place in the last-write-wins
         // order are needed: it is read in place, not copied (fjall has no
         // cheaper read: its `size_of` reads the value too).
@@ -146,7 +146,7 @@ impl Engine {
     /// removed, if it was.
     pub fn remove_unreadable_hint(&self, node: &str, key: &[u8]) -> Result<Option<u64>, KvError> {
         let hint_key = hint_key(node, key);
-        let _guard = self.stripe(&hint_key).lock();
+        let _guard = self.hint_stripe(&hint_key).lock();
         let removed = match self.hints.get(&hint_key)? {
             Some(v) if RecordView::parse(&v).is_err() => Some(hint_bytes(key.len(), v.len())),
             _ => None,
@@ -169,7 +169,7 @@ impl Engine {
     /// held up in storage would: for tests, to stall a hint mid-write.
     #[cfg(test)]
     pub(crate) fn hold_hint(&self, node: &str, key: &[u8]) -> parking_lot::MutexGuard<'_, ()> {
-        self.stripe(&hint_key(node, key)).lock()
+        self.hint_stripe(&hint_key(node, key)).lock()
     }
 
     /// Whether the hints of `a` and `b` for `node` share a lock (one
@@ -177,8 +177,8 @@ impl Engine {
     #[cfg(test)]
     pub(crate) fn hints_share_a_lock(&self, node: &str, a: &[u8], b: &[u8]) -> bool {
         std::ptr::eq(
-            self.stripe(&hint_key(node, a)),
-            self.stripe(&hint_key(node, b)),
+            self.hint_stripe(&hint_key(node, a)),
+            self.hint_stripe(&hint_key(node, b)),
         )
     }
 
@@ -229,7 +229,7 @@ impl Engine {
             doomed.push(k);
         }
         for k in doomed {
-            let _guard = self.stripe(&k).lock();
+            let _guard = self.hint_stripe(&k).lock();
             self.hints.remove(k)?;
         }
         Ok(census)
@@ -244,7 +244,7 @@ impl Engine {
         delivered: &Record,
     ) -> Result<Option<u64>, KvError> {
         let hint_key = hint_key(node, key);
-        let _guard = self.stripe(&hint_key).lock();
+        let _guard = self.hint_stripe(&hint_key).lock();
         let stored = match self.hints.get(&hint_key)? {
             Some(v) => {
                 // One that cannot be decoded is not the one delivered.
@@ -261,7 +261,7 @@ impl Engine {
 }
 
 /// A hint's key: the node's URL, a zero byte (URLs have none), the key.
-fn hint_key(node: &str, key: &[u8]) -> Vec<u8> {
+pub(super) fn hint_key(node: &str, key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(node.len() + 1 + key.len());
     k.extend_from_slice(node.as_bytes());
     k.push(0);

@@ -127,6 +127,10 @@ struct State {
     /// is released with a noop, as in the reference server, rather than
     /// told to close.
     closed_by_client: bool,
+    /// The client's close packet was handed to the session task, which
+    /// may not have read it yet: from then on only the GET racing the
+    /// close finds the session (the reference forgets it at once).
+    close_received: bool,
     /// When the client must have answered the last ping (`None` while no
     /// ping is unanswered): past it the session is over, whether or not
     /// its task has noticed yet.
@@ -183,6 +187,7 @@ impl EngineSession {
                 ws_attached: transport == Transport::WebSocket,
                 closed: false,
                 closed_by_client: false,
+                close_received: false,
                 pong_deadline: None,
                 ws_writer: None,
                 arrivals: ArrivalGap::default(),
@@ -284,6 +289,14 @@ impl EngineSession {
         self.close();
     }
 
+    /// Whether the client sent its close packet (read by the session task
+    /// or still queued for it). Every request after that but the GET
+    /// racing the close is answered as for an unknown session.
+    pub fn client_has_closed(&self) -> bool {
+        let st = self.state.lock();
+        st.close_received || st.closed_by_client
+    }
+
     /// Whether the session ended.
     pub fn is_closed(&self) -> bool {
         self.closed.is_cancelled()
@@ -301,6 +314,9 @@ impl EngineSession {
             // Answered on arrival: a request in the moment before the task
             // reads this pong must not find the session overdue.
             self.set_pong_deadline(None);
+        }
+        if matches!(p, EioPacket::Close) {
+            self.state.lock().close_received = true;
         }
         self.inbound.send(Box::new(p)).await.is_ok()
     }

@@ -126,6 +126,13 @@ async fn route(
                 s.close();
                 return refuse(HandshakeError::UnknownSid);
             }
+            if s.client_has_closed() && !(method == Method::GET && transport == Transport::Polling)
+            {
+                // The client closed it: only a GET racing the close still
+                // finds it (for its noop); a POST or an upgrade is for a
+                // session the reference has already forgotten.
+                return refuse(HandshakeError::UnknownSid);
+            }
             match transport {
                 Transport::Polling => polling::handle(s, method, body, &ctx).await,
                 Transport::WebSocket => match ws {

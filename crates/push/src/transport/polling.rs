@@ -17,6 +17,7 @@ use axum::response::{IntoResponse, Response};
 use super::refuse;
 use crate::context::PushContext;
 use crate::engineio::handshake::HandshakeError;
+use crate::engineio::packet::EioPacket;
 use crate::engineio::payload::decode_payload;
 use crate::engineio::EioError;
 use crate::session::engine::PollAnswer;
@@ -189,7 +190,10 @@ async fn post(s: &EngineSession, body: Body, ctx: &PushContext) -> Response {
         }
     };
     for p in packets {
-        if !s.receive(p).await {
+        // Packets behind a close are not read (the reference drops what
+        // reaches a closed socket).
+        let close = matches!(p, EioPacket::Close);
+        if !s.receive(p).await || close {
             break;
         }
     }
