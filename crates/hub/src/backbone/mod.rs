@@ -23,6 +23,7 @@
 //! a full backbone makes the publish wait, as a full sink does.
 
 pub mod bundle;
+pub mod heartbeat;
 pub mod record;
 
 use std::collections::BTreeMap;

@@ -4,13 +4,15 @@
 //! minute of that topic to list the nodes alive and what each reports.
 //!
 //! A separate topic, not the backbone: reading "the last minute of
-//! heartbeats" must not mean reading the last minute of all traffic.
+//! heartbeats" must not mean reading the last minute of all traffic. The
+//! record itself ([`Heartbeat`]) is pure and lives in the hub, where it is
+//! fuzzed.
 
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use serde::{Deserialize, Serialize};
+pub use tidegate_hub::backbone::heartbeat::{Heartbeat, MAX_HEARTBEAT_BYTES};
 use tracing::debug;
 
 use super::config::ClusterConfig;
@@ -19,43 +21,9 @@ use super::metrics::ClusterMetrics;
 /// How often a node reports itself.
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
 
-/// Largest heartbeat record `tidegate cluster status` reads (a record
-/// larger than this on the nodes topic is skipped).
-pub const MAX_HEARTBEAT_BYTES: usize = 4096;
-
 /// The nodes topic of a backbone topic.
 pub fn nodes_topic(backbone_topic: &str) -> String {
     format!("{backbone_topic}-nodes")
-}
-
-/// What a node says about itself.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Heartbeat {
-    /// The node's name.
-    pub node: String,
-    /// When it was written, ms since the Unix epoch.
-    pub ts_ms: u64,
-    /// Backbone records the node has not read yet, all partitions.
-    pub lag: i64,
-    /// Backbone partitions the node reads.
-    pub partitions: i64,
-    /// Messages read from the backbone and fanned out since the node
-    /// started.
-    pub received: u64,
-    /// Messages of cluster-wide topics this node produced since it started.
-    pub produced: u64,
-    /// The node's Tidegate version.
-    pub version: String,
-}
-
-impl Heartbeat {
-    /// Parses a heartbeat record's value; `None` for anything else.
-    pub fn parse(value: &[u8]) -> Option<Heartbeat> {
-        if value.len() > MAX_HEARTBEAT_BYTES {
-            return None;
-        }
-        serde_json::from_slice(value).ok()
-    }
 }
 
 /// Writes this node's heartbeat until `shutdown`.
@@ -137,7 +105,7 @@ impl HeartbeatWriter {
                 produced: self.produced.get(),
                 version: self.version.clone(),
             };
-            let value = serde_json::to_vec(&beat).expect("a heartbeat serialises");
+            let value = beat.encode();
             let record = FutureRecord::to(&self.topic)
                 .key(self.node.as_bytes())
                 .payload(&value);
@@ -151,53 +119,5 @@ impl HeartbeatWriter {
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use proptest::prelude::*;
-
-    use super::*;
-
-    proptest! {
-        /// What the writer puts on the nodes topic reads back as written.
-        #[test]
-        fn heartbeats_round_trip(
-            node in "\\PC{0,64}",
-            ts_ms in any::<u64>(),
-            lag in any::<i64>(),
-            partitions in any::<i64>(),
-            received in any::<u64>(),
-            produced in any::<u64>(),
-            version in "\\PC{0,32}",
-        ) {
-            let beat = Heartbeat { node, ts_ms, lag, partitions, received, produced, version };
-            let value = serde_json::to_vec(&beat).unwrap();
-            prop_assert_eq!(Heartbeat::parse(&value), Some(beat));
-        }
-
-        /// Whatever else is on the topic is skipped, never a panic.
-        #[test]
-        fn any_bytes_parse_or_are_skipped(value in proptest::collection::vec(any::<u8>(), 0..256)) {
-            let _ = Heartbeat::parse(&value);
-        }
-    }
-
-    #[test]
-    fn an_oversized_record_is_skipped_unread() {
-        let beat = Heartbeat {
-            node: "n".repeat(MAX_HEARTBEAT_BYTES),
-            ts_ms: 1,
-            lag: 0,
-            partitions: 1,
-            received: 0,
-            produced: 0,
-            version: "0".into(),
-        };
-        let value = serde_json::to_vec(&beat).unwrap();
-        assert!(value.len() > MAX_HEARTBEAT_BYTES);
-        assert_eq!(Heartbeat::parse(&value), None);
-        assert_eq!(Heartbeat::parse(b"{}"), None);
     }
 }
