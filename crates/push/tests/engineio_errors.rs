@@ -313,6 +313,12 @@ async fn a_posted_close_ends_the_session() {
     assert_eq!(st, 400);
     let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(body["code"], 1, "Session ID unknown");
+    let upgrade = ws_connect(&s, SIO, Some(&sid)).await;
+    assert!(
+        upgrade.as_ref().is_err_and(|e| e.contains("400")),
+        "an upgrade of a closed session is refused: {:?}",
+        upgrade.map(|_| ())
+    );
     // The GET sent with the close still gets its noop.
     let (st, body) = s.get(SIO, &sid).await;
     assert_eq!((st, body.as_slice()), (200, &b"6"[..]));

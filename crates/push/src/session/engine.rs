@@ -156,6 +156,18 @@ pub enum PollAnswer {
     Upgraded,
 }
 
+/// Why a registered session is answered as an unknown one
+/// ([`EngineSession::forgotten`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forgotten {
+    /// The client missed its pong deadline: the session is over, whether
+    /// or not its task has noticed yet (a timer fires up to a tick late).
+    PongOverdue,
+    /// The client sent its close packet (read by the session task or still
+    /// queued for it): the reference server forgets a session at once.
+    ClosedByClient,
+}
+
 /// One Engine.IO session.
 #[derive(Debug)]
 pub struct EngineSession {
@@ -267,14 +279,22 @@ impl EngineSession {
         self.state.lock().pong_deadline.is_some()
     }
 
-    /// Whether the client missed its pong deadline: a request of such a
-    /// session is answered as for an unknown one even in the moment
-    /// before its task ends it (a timer fires up to a tick late).
-    pub fn pong_overdue(&self) -> bool {
-        self.state
-            .lock()
+    /// Whether a request must be answered as for an unknown session
+    /// although the session is still registered, and why. A `polling_get`
+    /// still finds a session its client closed: it may have raced the
+    /// close, and gets its noop.
+    pub fn forgotten(&self, polling_get: bool) -> Option<Forgotten> {
+        let st = self.state.lock();
+        if st
             .pong_deadline
             .is_some_and(|d| tokio::time::Instant::now() >= d)
+        {
+            return Some(Forgotten::PongOverdue);
+        }
+        if !polling_get && (st.close_received || st.closed_by_client) {
+            return Some(Forgotten::ClosedByClient);
+        }
+        None
     }
 
     /// Whether the client ended the session with its close packet.
@@ -287,14 +307,6 @@ impl EngineSession {
     pub fn close_by_client(&self) {
         self.state.lock().closed_by_client = true;
         self.close();
-    }
-
-    /// Whether the client sent its close packet (read by the session task
-    /// or still queued for it). Every request after that but the GET
-    /// racing the close is answered as for an unknown session.
-    pub fn client_has_closed(&self) -> bool {
-        let st = self.state.lock();
-        st.close_received || st.closed_by_client
     }
 
     /// Whether the session ended.

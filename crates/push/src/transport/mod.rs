@@ -24,6 +24,7 @@ use crate::app::{json::JsonSession, socketio::SocketIoApp, App};
 use crate::auth::Grants;
 use crate::context::PushContext;
 use crate::engineio::handshake::{new_sid, parse_query, query_param, HandshakeError, Transport};
+use crate::session::engine::Forgotten;
 use crate::session::{task, EngineSession};
 
 /// Which application protocol a path serves.
@@ -121,17 +122,18 @@ async fn route(
             let Some(s) = ctx.sessions.get(&sid) else {
                 return refuse(HandshakeError::UnknownSid);
             };
-            if s.pong_overdue() {
-                // Ended by the ping timeout; its task is about to notice.
-                s.close();
-                return refuse(HandshakeError::UnknownSid);
-            }
-            if s.client_has_closed() && !(method == Method::GET && transport == Transport::Polling)
-            {
+            let polling_get = method == Method::GET && transport == Transport::Polling;
+            match s.forgotten(polling_get) {
+                Some(Forgotten::PongOverdue) => {
+                    // Ended by the ping timeout; its task is about to notice.
+                    s.close();
+                    return refuse(HandshakeError::UnknownSid);
+                }
                 // The client closed it: only a GET racing the close still
                 // finds it (for its noop); a POST or an upgrade is for a
                 // session the reference has already forgotten.
-                return refuse(HandshakeError::UnknownSid);
+                Some(Forgotten::ClosedByClient) => return refuse(HandshakeError::UnknownSid),
+                None => {}
             }
             match transport {
                 Transport::Polling => polling::handle(s, method, body, &ctx).await,
