@@ -96,4 +96,25 @@ mod tests {
         assert_eq!(Heartbeat::parse(&value), None);
         assert_eq!(Heartbeat::parse(b"{}"), None);
     }
+
+    #[test]
+    fn only_heartbeats_parse_as_heartbeats() {
+        let beat = Heartbeat {
+            node: "n".into(),
+            ts_ms: 5,
+            lag: 0,
+            partitions: 1,
+            received: 0,
+            produced: 0,
+            version: "v".into(),
+        };
+        let bytes = serde_json::to_vec(&beat).unwrap();
+        assert_eq!(Heartbeat::parse(&bytes), Some(beat));
+        assert_eq!(Heartbeat::parse(b"{\"node\":1}"), None);
+        assert_eq!(
+            Heartbeat::parse(&vec![b' '; 5000]),
+            None,
+            "over the size bound"
+        );
+    }
 }

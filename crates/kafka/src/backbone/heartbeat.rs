@@ -12,7 +12,7 @@ use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rdkafka::producer::{FutureProducer, FutureRecord};
-pub use tidegate_hub::backbone::heartbeat::{Heartbeat, MAX_HEARTBEAT_BYTES};
+pub use tidegate_hub::backbone::heartbeat::Heartbeat;
 use tracing::debug;
 
 use super::config::ClusterConfig;

@@ -271,25 +271,4 @@ mod tests {
         let cols: Vec<&str> = row.split_whitespace().collect();
         assert_eq!(cols, ["web-1", "1.5s", "3", "-", "2", "12", "6"], "{text}");
     }
-
-    #[test]
-    fn only_heartbeats_parse_as_heartbeats() {
-        let beat = Heartbeat {
-            node: "n".into(),
-            ts_ms: 5,
-            lag: 0,
-            partitions: 1,
-            received: 0,
-            produced: 0,
-            version: "v".into(),
-        };
-        let bytes = serde_json::to_vec(&beat).unwrap();
-        assert_eq!(Heartbeat::parse(&bytes), Some(beat));
-        assert_eq!(Heartbeat::parse(b"{\"node\":1}"), None);
-        assert_eq!(
-            Heartbeat::parse(&vec![b' '; 5000]),
-            None,
-            "over the size bound"
-        );
-    }
 }
